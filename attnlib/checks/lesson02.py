@@ -1,0 +1,355 @@
+"""Checks for lesson 02-softmax-masking: softmax, masks, masked softmax, attention."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numpy as ref
+from ._core import Arrays, Exercise, Mistake, Probe, where
+from .probes import label, normal, qkv_probes, rng
+
+LESSON = "02-softmax-masking"
+
+
+def _plain_softmax(x, axis=-1):
+    """Softmax without any care for -inf rows (what a first attempt writes)."""
+    with np.errstate(all="ignore"):
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+# --- softmax -------------------------------------------------------------------------------
+
+
+def _softmax_probes() -> list[Probe]:
+    (x,) = normal(1, (2, 3, 5), scale=3)
+    (y,) = normal(2, (4, 6), scale=3)
+    far = np.array([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]])
+    partly_masked = np.array([[0.0, -np.inf, 1.0], [2.0, 2.0, -np.inf]])
+    return [
+        Probe((x,), label=label(x=x)),
+        Probe((y,), {"axis": -1}, label(x=y) + ", axis=-1"),
+        Probe((x,), {"axis": 0}, label(x=x) + ", axis=0"),
+        Probe((x,), {"axis": 1}, label(x=x) + ", axis=1"),
+        Probe(
+            (far,),
+            label="x = [[1000, 999, 998], [-1000, -1001, -1003]]",
+            nan_hint=(
+                "exp overflows (or underflows) for inputs near ±1000: subtract each slice's "
+                "own maximum, np.max(x, axis=axis, keepdims=True), before exp"
+            ),
+        ),
+        Probe((partly_masked,), label="x with some -inf entries"),
+    ]
+
+
+def _axis(probe: Probe) -> int:
+    return probe.kwargs.get("axis", -1)
+
+
+softmax = Exercise(
+    name="softmax",
+    lesson=LESSON,
+    read="02-softmax-masking, 'A stable softmax'",
+    reference=ref.softmax,
+    probes=_softmax_probes,
+    mistakes=(
+        Mistake(
+            lambda p: (
+                f"softmax ignores its axis argument: it normalised over the last axis, "
+                f"not axis={_axis(p)}"
+            ),
+            lambda x, axis=-1: ref.softmax(x, axis=-1),
+            applies=lambda p: _axis(p) not in (-1, np.ndim(p.args[0]) - 1),
+        ),
+        Mistake(
+            "softmax normalises over the first axis; the default is the last axis (axis=-1)",
+            lambda x, axis=-1: ref.softmax(x, axis=0),
+            applies=lambda p: _axis(p) == -1,
+        ),
+        Mistake(
+            "softmax normalises over axis -2 instead of the given axis",
+            lambda x, axis=-1: ref.softmax(x, axis=-2),
+            applies=lambda p: np.ndim(p.args[0]) >= 2 and _axis(p) == -1,
+        ),
+    ),
+    invariants=(
+        lambda probe, out: "softmax returns NaN or inf" if not np.isfinite(out[0]).all() else None,
+        lambda probe, out: _sums_to_one(out[0], _axis(probe), "along the given axis"),
+    ),
+)
+
+
+def _sums_to_one(weights: np.ndarray, axis: int, what: str) -> str | None:
+    sums = weights.sum(axis=axis)
+    bad = ~np.isclose(sums, 1.0, rtol=1e-6, atol=1e-8)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        return f"values do not sum to 1 {what}: the slice at {list(idx)} sums to {sums[idx]:.4g}"
+    return None
+
+
+# --- causal_mask and padding_mask -------------------------------------------------------------
+
+
+def _must_be_boolean(probe: Probe, out: Arrays) -> str | None:
+    if out[0].dtype != np.bool_:
+        return (
+            f"returns a {out[0].dtype} mask; masks are boolean (True = may attend), "
+            "e.g. np.tril(np.ones((T, T), dtype=bool))"
+        )
+    return None
+
+
+causal_mask = Exercise(
+    name="causal_mask",
+    lesson=LESSON,
+    read="02-softmax-masking, 'The causal mask'",
+    reference=ref.causal_mask,
+    probes=lambda: [Probe((T,), label=f"T={T}") for T in (4, 1, 7)],
+    dtype=None,
+    requirements=(_must_be_boolean,),
+    mistakes=(
+        Mistake(
+            "the mask is inverted: True must mean 'may attend', i.e. key j <= query i",
+            lambda T: ~ref.causal_mask(T),
+        ),
+        Mistake(
+            "the mask is transposed: it lets each query see the future (j >= i) and hides the "
+            "past; keep the lower triangle, j <= i",
+            lambda T: ref.causal_mask(T).T,
+        ),
+        Mistake(
+            "the diagonal is masked: a token may attend to itself (j <= i, not j < i)",
+            lambda T: np.tril(np.ones((T, T), dtype=bool), k=-1),
+        ),
+    ),
+)
+
+
+def _padding_probes() -> list[Probe]:
+    cases = (([3, 0, 5], 5), ([1, 4], 6), ([2], 2), ([0, 7, 3, 1], 7))
+    return [
+        Probe((np.array(lengths), n), label=f"lengths={lengths}, max_len={n}")
+        for lengths, n in cases
+    ]  # noqa: E501
+
+
+padding_mask = Exercise(
+    name="padding_mask",
+    lesson=LESSON,
+    read="02-softmax-masking, 'Padding masks'",
+    reference=ref.padding_mask,
+    probes=_padding_probes,
+    dtype=None,
+    requirements=(_must_be_boolean,),
+    mistakes=(
+        Mistake(
+            "the mask has no query axis: return (B, 1, max_len) so it broadcasts over the "
+            "queries of scores (B, m, n)",
+            lambda lengths, n: ref.padding_mask(lengths, n)[:, 0, :],
+        ),
+        Mistake(
+            "padding is applied to queries: the mask must be (B, 1, max_len) so that it hides "
+            "padded keys (columns), not padded queries (rows)",
+            lambda lengths, n: np.swapaxes(ref.padding_mask(lengths, n), -1, -2),
+        ),
+        Mistake(
+            "the mask is inverted: True must mark real keys (position < length), not padding",
+            lambda lengths, n: ~ref.padding_mask(lengths, n),
+        ),
+        Mistake(
+            "off by one: position p is a real key when p < lengths[b], not p <= lengths[b]",
+            lambda lengths, n: (np.arange(n) <= np.asarray(lengths)[:, None])[:, None, :],
+        ),
+    ),
+)
+
+
+# --- masked_softmax ----------------------------------------------------------------------------
+
+
+def _masked_softmax_probes() -> list[Probe]:
+    out = []
+    (s,) = normal(3, (2, 3, 5, 7), scale=3)
+    pad = np.arange(7) < np.array([7, 4])[:, None]  # (B, n) two sequences of lengths 7 and 4
+    pad = pad[:, None, None, :]  # (B, 1, 1, n): batch 2 ≠ heads 3 ≠ length 5
+    out.append(Probe((s,), {"mask": pad}, label(scores=s, mask=pad)))
+    (s2,) = normal(4, (5, 7), scale=3)
+    causal_like = np.tril(np.ones((5, 7), dtype=bool))
+    causal_like[1] = False  # a query with nothing to attend to
+    out.append(Probe((s2,), {"mask": causal_like}, label(scores=s2, mask=causal_like)))
+    out.append(Probe((s2,), label=label(scores=s2) + ", mask=None"))
+    (s3,) = normal(5, (3, 4, 6), scale=3)
+    per_head = rng(6).random((3, 1, 6)) < 0.5
+    per_head[:, :, 0] = True
+    out.append(Probe((s3,), {"mask": per_head}, label(scores=s3, mask=per_head)))
+    return out
+
+
+def _mask_of(probe: Probe, shape) -> np.ndarray:
+    mask = probe.kwargs.get("mask")
+    if mask is None:
+        return np.ones(shape, dtype=bool)
+    return np.broadcast_to(mask, shape)
+
+
+def _masked_weight_is_zero(probe: Probe, weights: np.ndarray) -> str | None:
+    mask = _mask_of(probe, weights.shape)
+    leaked = np.where(mask, 0.0, np.abs(np.nan_to_num(weights, nan=1.0)))
+    if leaked.max(initial=0.0) > 0:
+        idx = tuple(int(i) for i in np.unravel_index(np.argmax(leaked), leaked.shape))
+        return f"masked key receives weight {weights[idx]:.2g} at {where(idx, 'bhij')}"
+    return None
+
+
+def _rows_are_distributions(probe: Probe, weights: np.ndarray) -> str | None:
+    mask = _mask_of(probe, weights.shape)
+    has_key = mask.any(axis=-1)
+    if np.isnan(weights).any():
+        idx = tuple(int(i) for i in np.argwhere(np.isnan(weights))[0])
+        if not has_key[idx[:-1]]:
+            return (
+                f"a fully masked row gives NaN at {where(idx[:-1], 'bhi')}: a query with no "
+                "allowed key must get all-zero weights"
+            )
+        return f"weights contain NaN at {where(idx, 'bhij')}"
+    rows = weights.sum(axis=-1)
+    if (
+        weights.ndim >= 2
+        and np.allclose(weights.sum(axis=-2), 1.0)
+        and not np.allclose(rows[has_key], 1.0)
+    ):
+        return "weights sum to one over queries (axis -2), not over keys (the last axis)"
+    bad = has_key & ~np.isclose(rows, 1.0, rtol=1e-6, atol=1e-8)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        return f"the weights of query {where(idx, 'bhi')} sum to {rows[idx]:.4g}, not 1"
+    empty = ~has_key & (np.abs(rows) > 1e-12)
+    if empty.any():
+        idx = tuple(int(i) for i in np.argwhere(empty)[0])
+        return (
+            f"query {where(idx, 'bhi')} has no allowed key but its weights sum to {rows[idx]:.4g}; "
+            "a fully masked row must be all zeros"
+        )
+    return None
+
+
+def _weights_invariants(position: int):
+    return (
+        lambda probe, out: _rows_are_distributions(probe, out[position]),
+        lambda probe, out: _masked_weight_is_zero(probe, out[position]),
+    )
+
+
+def _masking_mistakes(scores_of, finish):
+    """Classic masking bugs, for any exercise whose weights come from ``scores_of(*args)``.
+
+    ``finish(args, weights)`` turns buggy weights into that exercise's return value.
+    """
+
+    def variant(weights_of):
+        def returns(*args, mask=None):
+            scores = scores_of(*args)
+            keep = np.ones(scores.shape, dtype=bool) if mask is None else mask
+            return finish(args, weights_of(scores, np.broadcast_to(keep, scores.shape)))
+
+        return returns
+
+    with_mask = lambda p: p.kwargs.get("mask") is not None  # noqa: E731
+    return (
+        Mistake(
+            "the mask is ignored: masked keys must get weight 0",
+            variant(lambda s, m: ref.softmax(s)),
+            applies=with_mask,
+        ),
+        Mistake(
+            "the mask is inverted: True means 'may attend', so keep the scores where mask is True",
+            variant(lambda s, m: ref.masked_softmax(s, ~m)),
+            applies=with_mask,
+        ),
+        Mistake(
+            "the mask is applied after softmax: masked keys are zeroed but the rows no longer "
+            "sum to 1; mask the scores before normalising",
+            variant(lambda s, m: ref.softmax(s) * m),
+            applies=with_mask,
+        ),
+        Mistake(
+            "a fully masked row gets uniform weights 1/n (the −1e9 trick); a query with no "
+            "allowed key must get all-zero weights",
+            variant(lambda s, m: ref.softmax(np.where(m, s, -1e9))),
+            applies=with_mask,
+        ),
+        Mistake(
+            "weights sum to one over queries (axis -2), not over keys (the last axis)",
+            variant(lambda s, m: np.nan_to_num(_plain_softmax(np.where(m, s, -np.inf), -2))),
+        ),
+    )
+
+
+masked_softmax = Exercise(
+    name="masked_softmax",
+    lesson=LESSON,
+    read="02-softmax-masking, 'Masking before the softmax'",
+    reference=ref.masked_softmax,
+    probes=_masked_softmax_probes,
+    mistakes=_masking_mistakes(lambda scores: scores, lambda args, w: w),
+    invariants=_weights_invariants(0),
+)
+
+
+# --- attention ---------------------------------------------------------------------------------
+
+
+def _attention_probes() -> list[Probe]:
+    out = qkv_probes()
+    Q, K, V = normal(7, (2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 4))  # d_v = d_k: K fits where V goes
+    out.append(Probe((Q, K, V), label=label(Q=Q, K=K, V=V)))
+    pad = (np.arange(7) < np.array([7, 3])[:, None])[:, None, None, :]  # (B, 1, 1, n)
+    out.append(Probe((Q, K, V), {"mask": pad}, label(Q=Q, K=K, V=V, mask=pad)))
+    return out
+
+
+def _attend(weights_of_scale):
+    """Attention whose weights come from ``weights_of_scale(Q, K, mask)``."""
+
+    def returns(Q, K, V, mask=None):
+        w = weights_of_scale(Q, K, mask)
+        return w @ V, w
+
+    return returns
+
+
+def _scaled_by(divisor):
+    return _attend(lambda Q, K, mask: ref.masked_softmax(ref.dot_scores(Q, K) / divisor(Q), mask))
+
+
+attention = Exercise(
+    name="attention",
+    lesson=LESSON,
+    read="02-softmax-masking, 'Scaled dot-product attention'",
+    reference=ref.attention,
+    probes=_attention_probes,
+    outputs=("output", "weights"),
+    mistakes=(
+        Mistake(
+            "returns (weights, output); the order is (output, weights)",
+            lambda *a, **kw: tuple(reversed(ref.attention(*a, **kw))),
+        ),
+        Mistake("scores are not scaled: divide Q Kᵀ by sqrt(d_k)", _scaled_by(lambda Q: 1.0)),
+        Mistake("scores scaled by d_k instead of sqrt(d_k)", _scaled_by(lambda Q: np.shape(Q)[-1])),
+        Mistake(
+            "the output uses the keys as values: multiply the weights by V, not K",
+            lambda Q, K, V, mask=None: (
+                ref.attention(Q, K, V, mask)[1] @ K,
+                ref.attention(Q, K, V, mask)[1],
+            ),
+        ),
+        *_masking_mistakes(
+            lambda Q, K, V: ref.scaled_dot_scores(Q, K), lambda args, w: (w @ args[2], w)
+        ),
+    ),
+    invariants=_weights_invariants(1),
+)
+
+EXERCISES = (softmax, causal_mask, padding_mask, masked_softmax, attention)

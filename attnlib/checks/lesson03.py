@@ -1,0 +1,236 @@
+"""Checks for lesson 03-self-cross: projections, cross-attention, hard attention, positions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numpy as ref
+from ._core import Exercise, Mistake, Probe
+from .lesson02 import _masking_mistakes, _weights_invariants
+from .probes import label, normal, rng
+
+LESSON = "03-self-cross"
+
+
+def _self_probes() -> list[Probe]:
+    out = []
+    shapes = (((2, 5, 6), 4, 3), ((5, 6), 4, 4), ((3, 4, 8), 8, 8))
+    for seed, (x, dk, dv) in enumerate(shapes):
+        X, W_q, W_k, W_v = normal(40 + seed, x, (x[-1], dk), (x[-1], dk), (x[-1], dv))
+        args = (X, W_q, W_k, W_v)
+        text = label(X=X, W_q=W_q, W_k=W_k, W_v=W_v)
+        out.append(Probe(args, label=text))
+        T = x[-2]
+        causal = ref.causal_mask(T)
+        out.append(Probe(args, {"mask": causal}, text + f", mask = causal_mask({T})"))
+    return out
+
+
+def _self_from(Q_of, K_of, V_of):
+    def returns(X, W_q, W_k, W_v, mask=None):
+        return ref.attention(Q_of(X, W_q, W_k, W_v), K_of(X, W_q, W_k, W_v),
+                             V_of(X, W_q, W_k, W_v), mask)  # fmt: skip
+
+    return returns
+
+
+def _projected_scores(X, W_q, W_k, W_v):
+    return ref.scaled_dot_scores(X @ W_q, X @ W_k)
+
+
+self_attention = Exercise(
+    name="self_attention",
+    lesson=LESSON,
+    read="03-self-cross, 'Three projections of one X'",
+    reference=ref.self_attention,
+    probes=_self_probes,
+    outputs=("output", "weights"),
+    mistakes=(
+        Mistake(
+            "keys are projected with W_q: use K = X @ W_k",
+            _self_from(
+                lambda X, q, k, v: X @ q, lambda X, q, k, v: X @ q, lambda X, q, k, v: X @ v
+            ),
+        ),
+        Mistake(
+            "queries are projected with W_k: use Q = X @ W_q",
+            _self_from(
+                lambda X, q, k, v: X @ k, lambda X, q, k, v: X @ k, lambda X, q, k, v: X @ v
+            ),
+        ),
+        Mistake(
+            "the values are not projected: use V = X @ W_v",
+            _self_from(lambda X, q, k, v: X @ q, lambda X, q, k, v: X @ k, lambda X, q, k, v: X),
+        ),
+        Mistake(
+            "the projections multiply on the left (W @ X); here they multiply on the right: "
+            "Q = X @ W_q",
+            _self_from(
+                lambda X, q, k, v: X @ q.T, lambda X, q, k, v: X @ k.T, lambda X, q, k, v: X @ v.T
+            ),  # fmt: skip
+        ),
+        *_masking_mistakes(_projected_scores, lambda a, w: (w @ (a[0] @ a[3]), w)),
+    ),
+    invariants=_weights_invariants(1),
+)
+
+
+def _cross_probes() -> list[Probe]:
+    out = []
+    shapes = (
+        ((2, 3, 6), (2, 4, 6), 5, 7),
+        ((3, 5), (7, 4), 4, 2),
+        ((2, 2, 4, 3), (2, 2, 6, 5), 3, 3),
+    )
+    for seed, (y, h, dk, dv) in enumerate(shapes):
+        Y, H, W_q, W_k, W_v = normal(50 + seed, y, h, (y[-1], dk), (h[-1], dk), (h[-1], dv))
+        args = (Y, H, W_q, W_k, W_v)
+        text = label(Y=Y, H=H, W_q=W_q, W_k=W_k, W_v=W_v)
+        out.append(Probe(args, label=text))
+        pad = rng(60 + seed).random((*h[:-2], 1, h[-2])) < 0.6
+        pad[..., 0] = True
+        out.append(Probe(args, {"mask": pad}, text + ", " + label(mask=pad)))
+    return out
+
+
+cross_attention = Exercise(
+    name="cross_attention",
+    lesson=LESSON,
+    read="03-self-cross, 'Cross-attention: the decoder reads the encoder'",
+    reference=ref.cross_attention,
+    probes=_cross_probes,
+    outputs=("output", "weights"),
+    mistakes=(
+        Mistake(
+            "keys and values come from Y: in cross-attention the queries come from the "
+            "decoder Y and the keys and values from the encoder H",
+            lambda Y, H, q, k, v, mask=None: ref.attention(Y @ q, Y @ k, Y @ v, None),
+        ),
+        Mistake(
+            "the values come from Y: keys and values both come from the encoder H",
+            lambda Y, H, q, k, v, mask=None: ref.attention(Y @ q, H @ k, Y @ v, mask),
+        ),
+        *_masking_mistakes(
+            lambda Y, H, q, k, v: ref.scaled_dot_scores(Y @ q, H @ k),
+            lambda a, w: (w @ (a[1] @ a[4]), w),
+        ),
+    ),
+    invariants=_weights_invariants(1),
+)
+
+
+def _hard_probes() -> list[Probe]:
+    out = []
+    Q, K, V = normal(70, (2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 6))
+    out.append(Probe((Q, K, V), label=label(Q=Q, K=K, V=V)))
+    mask = rng(71).random((2, 1, 5, 7)) < 0.5
+    mask[..., 0, :] = False  # a query with no allowed key
+    mask[..., 1, :] = True
+    out.append(Probe((Q, K, V), {"mask": mask}, label(Q=Q, K=K, V=V, mask=mask)))
+    ties = np.ones((3, 2))  # every key scores the same: the first must win
+    out.append(Probe((np.ones((2, 2)), ties, np.eye(3)), label="identical keys (a tie)"))
+    return out
+
+
+def _hard_variant(pick):
+    def returns(Q, K, V, mask=None):
+        scores = ref.scaled_dot_scores(Q, K)
+        allowed = (
+            np.ones(scores.shape, bool) if mask is None else np.broadcast_to(mask, scores.shape)
+        )
+        w = pick(np.where(allowed, scores, -np.inf), allowed)
+        return w @ V, w
+
+    return returns
+
+
+def _one_hot(index, shape):
+    w = np.zeros(shape)
+    np.put_along_axis(w, index[..., None], 1.0, axis=-1)
+    return w
+
+
+def _one_hot_over_queries(index, shape):
+    w = np.zeros(shape)
+    np.put_along_axis(w, index[..., None, :], 1.0, axis=-2)
+    return w
+
+
+hard_attention = Exercise(
+    name="hard_attention",
+    lesson=LESSON,
+    read="03-self-cross, 'Hard versus soft attention'",
+    reference=ref.hard_attention,
+    probes=_hard_probes,
+    outputs=("output", "weights"),
+    mistakes=(
+        Mistake(
+            "returns soft weights; hard attention puts all the weight (1.0) on one key",
+            _hard_variant(lambda s, a: ref.masked_softmax(np.where(a, s, 0), a)),
+        ),
+        Mistake(
+            "ties go to the last index; they must go to the first (np.argmax does that)",
+            _hard_variant(
+                lambda s, a: (
+                    _one_hot(s.shape[-1] - 1 - np.argmax(s[..., ::-1], -1), s.shape)
+                    * a.any(-1, keepdims=True)
+                )
+            ),
+        ),
+        Mistake(
+            "a query with no allowed key must get all-zero weights and a zero output",
+            _hard_variant(lambda s, a: _one_hot(np.argmax(s, -1), s.shape)),
+        ),
+        Mistake(
+            "the argmax is taken over queries (axis -2), not over keys (the last axis)",
+            _hard_variant(lambda s, a: _one_hot_over_queries(np.argmax(s, -2), s.shape)),
+        ),
+    ),
+    invariants=_weights_invariants(1),
+)
+
+
+def _sinusoid(T, d, *, first=np.sin, second=np.cos, pair=2, interleave=True, invert=False):
+    p = np.arange(T)[:, None]
+    i = np.arange(0, d, 2)
+    freq = 10000.0 ** ((i if pair == 2 else i // 2) / d)
+    angle = p * freq if invert else p / freq
+    if not interleave:
+        return np.concatenate([first(angle), second(angle[:, : d // 2])], axis=1)
+    pe = np.empty((T, d))
+    pe[:, 0::2] = first(angle)
+    pe[:, 1::2] = second(angle[:, : d // 2])
+    return pe
+
+
+sinusoidal_encoding = Exercise(
+    name="sinusoidal_encoding",
+    lesson=LESSON,
+    read="03-self-cross, 'Giving attention a sense of order'",
+    reference=ref.sinusoidal_encoding,
+    probes=lambda: [
+        Probe((T, d), label=f"T={T}, d_model={d}") for T, d in ((6, 8), (10, 16), (3, 6), (1, 4))
+    ],  # noqa: E501
+    mistakes=(
+        Mistake(
+            "sine and cosine are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos",
+            lambda T, d: _sinusoid(T, d, first=np.cos, second=np.sin),
+        ),
+        Mistake(
+            "sines and cosines are concatenated; interleave them: PE[p, 2i] = sin, "
+            "PE[p, 2i+1] = cos",
+            lambda T, d: _sinusoid(T, d, interleave=False),
+        ),
+        Mistake(
+            "the frequency uses i/d_model where the formula has 2i/d_model (the column index "
+            "of the pair's sine)",
+            lambda T, d: _sinusoid(T, d, pair=1),
+        ),
+        Mistake(
+            "positions are multiplied by 10000^(2i/d_model); divide by it",
+            lambda T, d: _sinusoid(T, d, invert=True),
+        ),
+    ),
+)
+
+EXERCISES = (self_attention, cross_attention, hard_attention, sinusoidal_encoding)

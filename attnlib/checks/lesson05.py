@@ -1,0 +1,211 @@
+"""Checks for lesson 05-complexity: costs, chunked attention, fitted exponents."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+
+from .. import numpy as ref
+from ._core import Exercise, Mistake, Probe
+from .probes import label, normal
+
+LESSON = "05-complexity"
+
+attention_flops = Exercise(
+    name="attention_flops",
+    lesson=LESSON,
+    read="05-complexity, 'Counting the work'",
+    reference=ref.attention_flops,
+    probes=lambda: [
+        Probe(a, label=f"m={a[0]}, n={a[1]}, d_k={a[2]}, d_v={a[3]}")
+        for a in ((3, 5, 7, 11), (128, 256, 64, 32), (1, 1, 1, 1), (4096, 4096, 64, 64))
+    ],
+    rtol=0,
+    atol=0.5,
+    mistakes=(
+        Mistake(
+            "counts multiply-adds, not floating-point operations: each is 2 operations "
+            "(a multiply and an add)",
+            lambda m, n, dk, dv: m * n * (dk + dv),
+        ),
+        Mistake(
+            "counts only Q Kᵀ; the weighted sum A V costs 2·m·n·d_v as well",
+            lambda m, n, dk, dv: 2 * m * n * dk,
+        ),
+        Mistake(
+            "counts only A V; the scores Q Kᵀ cost 2·m·n·d_k as well",
+            lambda m, n, dk, dv: 2 * m * n * dv,
+        ),
+    ),
+)
+
+score_matrix_bytes = Exercise(
+    name="score_matrix_bytes",
+    lesson=LESSON,
+    read="05-complexity, 'Where the memory goes'",
+    reference=ref.score_matrix_bytes,
+    probes=lambda: [
+        Probe(a, label="batch={}, heads={}, m={}, n={}, itemsize={}".format(*a))
+        for a in ((2, 8, 4096, 4096, 4), (3, 5, 7, 11, 2), (1, 1, 1, 1, 8))
+    ],
+    rtol=0,
+    atol=0.5,
+    mistakes=(
+        Mistake(
+            "counts elements, not bytes: multiply by itemsize",
+            lambda b, h, m, n, s: b * h * m * n,
+        ),
+        Mistake(
+            "forgets the heads: there is one score matrix per head",
+            lambda b, h, m, n, s: b * m * n * s,
+        ),
+        Mistake(
+            "forgets the batch: there is one score matrix per example",
+            lambda b, h, m, n, s: h * m * n * s,
+        ),
+    ),
+)
+
+
+def _chunked_probes() -> list[Probe]:
+    out = []
+    for seed, (q, k, v, bs) in enumerate(
+        (
+            ((2, 3, 10, 4), (2, 3, 13, 4), (2, 3, 13, 6), 4),  # n not a multiple of the block
+            ((9, 5), (9, 5), (9, 3), 2),
+            ((1, 6, 8), (1, 6, 8), (1, 6, 8), 6),  # one block
+            ((2, 7, 4), (2, 5, 4), (2, 5, 2), 1),
+        )
+    ):
+        Q, K, V = normal(110 + seed, q, k, v, scale=3)
+        for causal in (False, True):
+            text = label(Q=Q, K=K, V=V) + f", block_size={bs}, causal={causal}"
+            out.append(Probe((Q, K, V, bs), {"causal": causal}, text))
+    return out
+
+
+def _online(Q, K, V, block_size, causal=False, *, rescale=True, drop_last=False):
+    m, n = Q.shape[-2], K.shape[-2]
+    scores = ref.scaled_dot_scores(Q, K)
+    if causal:
+        scores = np.where(np.tril(np.ones((m, n), bool)), scores, -np.inf)
+    peak = np.full(scores.shape[:-1] + (1,), -np.inf)
+    total = np.zeros_like(peak)
+    acc = np.zeros(
+        np.broadcast_shapes(scores.shape[:-1], V.shape[:-2] + (1,))[:-1] + (m, V.shape[-1])
+    )
+    stops = range(0, n - (n % block_size or block_size) if drop_last else n, block_size)
+    with np.errstate(all="ignore"):
+        for start in stops:
+            s = scores[..., start : start + block_size]
+            new = np.maximum(peak, s.max(-1, keepdims=True))
+            safe = np.where(np.isfinite(new), new, 0)
+            p = np.exp(s - safe)
+            r = np.exp(peak - safe) if rescale else 1.0
+            total = total * r + p.sum(-1, keepdims=True)
+            acc = acc * r + p @ V[..., start : start + block_size, :]
+            peak = new
+        return acc / total
+
+
+def chunked_memory(fn, n: int = 2048, d: int = 16, block_size: int = 64) -> str | None:
+    """Say so when ``fn`` holds far more than ``(m, block_size)`` scores at once.
+
+    Runs ``fn`` on ``n`` queries and keys in float64 under tracemalloc; a
+    chunked attention needs a few ``n × block_size`` buffers, a naive one the
+    whole ``n × n`` matrix (32 MiB here).
+    """
+    Q, K, V = normal(120, (n, d), (n, d), (n, d))
+    tracemalloc.start()
+    try:
+        fn(Q, K, V, block_size)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    full = n * n * 8
+    if peak > full / 4:
+        return (
+            f"chunked_attention materialises the whole score matrix: it peaked at "
+            f"{peak / 2**20:.1f} MiB for n={n}, while (n, n) scores are {full / 2**20:.0f} MiB "
+            f"and blocks of {block_size} keys need about {16 * n * block_size / 2**20:.1f} MiB"
+        )
+    return None
+
+
+chunked_attention = Exercise(
+    name="chunked_attention",
+    lesson=LESSON,
+    read="05-complexity, 'Attention in blocks: the online softmax'",
+    reference=lambda Q, K, V, block_size, causal=False: ref.chunked_attention(
+        Q, K, V, block_size=block_size, causal=causal
+    ),
+    probes=_chunked_probes,
+    mistakes=(
+        Mistake(
+            "the running sum and output are not rescaled when a block raises the maximum: "
+            "multiply them by exp(old_max - new_max)",
+            lambda *a, **kw: _online(*a, **kw, rescale=False),
+        ),
+        Mistake(
+            "the last, partial key block is dropped: loop over range(0, n, block_size)",
+            lambda *a, **kw: _online(*a, **kw, drop_last=True),
+        ),
+        Mistake(
+            "causal=True is ignored: query i may only attend to keys j <= i",
+            lambda Q, K, V, bs, causal=False: ref.attention(Q, K, V)[0],
+        ),
+        Mistake(
+            "scores are not scaled: divide Q Kᵀ by sqrt(d_k) as in attention",
+            lambda Q, K, V, bs, causal=False: ref.chunked_attention(
+                Q * np.sqrt(Q.shape[-1]), K, V, bs, causal
+            ),
+        ),
+    ),
+    extra=(chunked_memory,),
+)
+
+
+def _fit_probes() -> list[Probe]:
+    out = []
+    g = np.random.default_rng(130)
+    for p, c in ((2.0, 1e-9), (1.0, 3e-6), (1.5, 2e-4)):
+        ns = np.array([256, 512, 1024, 2048, 4096], dtype=float)
+        times = c * ns**p * g.uniform(0.9, 1.1, ns.size)
+        out.append(Probe((ns, times), label=f"times ≈ {c:g}·n^{p:g} at n = 256 … 4096"))
+    return out
+
+
+fit_exponent = Exercise(
+    name="fit_exponent",
+    lesson=LESSON,
+    read="05-complexity, 'Measuring the exponent'",
+    reference=ref.fit_exponent,
+    probes=_fit_probes,
+    rtol=1e-6,
+    atol=1e-6,
+    mistakes=(
+        Mistake(
+            "the fit is on the raw numbers; fit log(times) against log(ns)",
+            lambda ns, t: float(np.polyfit(ns, t, 1)[0]),
+        ),
+        Mistake(
+            "only the times are logged; take the log of ns as well",
+            lambda ns, t: float(np.polyfit(ns, np.log(t), 1)[0]),
+        ),
+        Mistake(
+            "the axes are swapped: regress log(times) on log(ns), not log(ns) on log(times)",
+            lambda ns, t: float(np.polyfit(np.log(t), np.log(ns), 1)[0]),
+        ),
+        Mistake(
+            "returns the intercept; the exponent is the slope (np.polyfit(...)[0])",
+            lambda ns, t: float(np.polyfit(np.log(ns), np.log(t), 1)[1]),
+        ),
+        Mistake(
+            "uses only the first and last points; fit the least-squares line through all",
+            lambda ns, t: float(np.log(t[-1] / t[0]) / np.log(ns[-1] / ns[0])),
+        ),
+    ),
+)
+
+EXERCISES = (attention_flops, score_matrix_bytes, chunked_attention, fit_exponent)
