@@ -9,4 +9,3 @@ Import the backend you need (``import attnlib.numpy as an``); importing
 """
 
 __version__ = "0.1.0"
-

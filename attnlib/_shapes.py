@@ -158,17 +158,3 @@ def _integer_types() -> tuple[type, ...]:
     import numpy as np
 
     return (np.integer,)
-
-
-def require_same_size(what: str, *named: tuple[str, Sequence[int], int]) -> int:
-    """Raise unless every ``(name, shape, axis)`` has the same size on ``axis``; return it.
-
-    For example ``require_same_size("the hidden size h", ("W_q", (4, 8), 1), ("v", (6,), 0))``
-    raises ``W_q (4, 8) and v (6,) disagree on the hidden size h (8 vs 6)``.
-    """
-    sizes = [int(shape[axis]) for _, shape, axis in named]
-    if len(set(sizes)) > 1:
-        shapes = [f"{n} {fmt(s)}" for n, s, _ in named]
-        parts = ", ".join(shapes[:-1]) + " and " + shapes[-1]
-        raise ValueError(f"{parts} disagree on {what} ({' vs '.join(map(str, sizes))})")
-    return sizes[0]

@@ -1,0 +1,96 @@
+# Attention, taught and graded.  `make help` lists the targets.
+#
+# Every target that needs Python creates .venv/ on first use and reinstalls the project into it
+# whenever pyproject.toml changes (the stamp file $(VENV)/.installed records the last install).
+# Run make from the repository root (or with `make -C path/to/repo`).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+MAKEFILE := $(abspath $(lastword $(MAKEFILE_LIST)))
+ROOT := $(patsubst %/,%,$(dir $(MAKEFILE)))
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# nbgrader runs `alembic` (and we run jupyter, ruff, pytest) from PATH: the venv comes first.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+# `make lab` settings. JUPYTER_TOKEN needs nothing here: a value from the environment or from the
+# command line (`make lab JUPYTER_TOKEN=...`) reaches jupyter, which reads it itself; when it is
+# unset or empty, Jupyter makes up a random token and prints the URL that contains it.
+HOST ?= 127.0.0.1
+PORT ?= 8888
+# Jupyter refuses to start as root unless told to; root is the usual user in containers and CI.
+LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
+
+# Extra arguments for pytest, e.g. `make test PYTEST_ARGS='-m lesson01 -x'`.
+PYTEST_ARGS ?=
+
+# Lessons are the folders of solutions/ (nbgrader source); `make release` writes lessons/.
+LESSON_IDS = $(patsubst solutions/%/,%,$(wildcard solutions/*/))
+
+.PHONY: help lab test lint format release bench clean distclean
+
+help: ## List the targets
+	@echo "Usage: make TARGET   (first use creates $(VENV)/ and installs the project into it)"
+	@echo
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE) | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || { \
+		$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+			{ echo "error: $(PYTHON) must be Python >= 3.11 (set PYTHON=/path/to/python3.11)" >&2; exit 1; }; \
+		echo "Creating $(VENV)/ with $(PYTHON) ..."; \
+		$(PYTHON) -m venv $(VENV); \
+	}
+	@echo "Installing the project and its dependencies into $(VENV)/ (the first time takes a while) ..."
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+# nbgrader 0.9 ships its JupyterLab extensions prebuilt and pip enables its server extensions on
+# install (see `jupyter labextension list`, `jupyter server extension list`): nothing to enable here.
+# Jupyter starts in the repository root, so the formgrader finds nbgrader_config.py.
+lab: $(STAMP) ## Serve the lessons in JupyterLab (PORT=8888, HOST=127.0.0.1, JUPYTER_TOKEN)
+	cd $(ROOT) && exec jupyter lab --no-browser \
+		--ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+		--ServerApp.root_dir=$(ROOT) --LabApp.default_url=/lab/tree/lessons $(LAB_ROOT_FLAG)
+
+lint: $(STAMP) ## Check style with ruff (no changes)
+	ruff check .
+	ruff format --check .
+
+test: lint ## Lint, then run the whole test suite (PYTEST_ARGS=... for pytest)
+	pytest $(PYTEST_ARGS)
+
+format: $(STAMP) ## Reformat with ruff and apply ruff's safe fixes
+	ruff format .
+	ruff check --fix .
+
+# nbgrader already clears the outputs of what it releases; the last step also clears them in the
+# source notebooks, which are committed without outputs too (tests/test_release.py checks both).
+release: $(STAMP) ## Regenerate lessons/ from solutions/ (nbgrader), clear notebook outputs
+	@test -n "$(LESSON_IDS)" || { echo "error: no lesson folders in solutions/" >&2; exit 1; }
+	@set -e; for lesson in $(LESSON_IDS); do \
+		echo "nbgrader generate_assignment $$lesson --force"; \
+		nbgrader generate_assignment "$$lesson" --force; \
+	done
+	jupyter nbconvert --log-level=WARN --clear-output --inplace solutions/*/*.ipynb lessons/*/*.ipynb
+
+bench: $(STAMP) ## Run the benchmarks (python -m benchmarks)
+	@if [ -f benchmarks/__main__.py ]; then \
+		$(PY) -m benchmarks; \
+	else \
+		echo "error: there are no benchmarks yet (benchmarks/__main__.py does not exist)." >&2; \
+		exit 1; \
+	fi
+
+clean: ## Remove caches and build leftovers (keeps .venv/ and gradebook.db)
+	rm -rf .pytest_cache .ruff_cache .hypothesis build dist *.egg-info test-artifacts
+	find . \( -path ./$(VENV) -o -path ./.git \) -prune -o \
+		-type d \( -name __pycache__ -o -name .ipynb_checkpoints \) -prune -exec rm -rf {} +
+
+distclean: clean ## clean, and remove .venv/ too
+	rm -rf $(VENV)
