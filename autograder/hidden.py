@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from attnlib import checks
+from attnlib import checks, quiz
 
 
 def check(name: str, fn: Callable[..., object]) -> None:
@@ -18,3 +18,8 @@ def check(name: str, fn: Callable[..., object]) -> None:
     if not outcome:
         raise AssertionError(outcome.feedback()) from None
     print(f"✓ {name}: hidden checks passed")
+
+
+def answer(lesson: str, key: str, value: object) -> None:
+    """Run the hidden check of mastery question ``key`` of ``lesson`` on the learner's answer."""
+    quiz.assert_correct(lesson, key, value)

@@ -28,6 +28,16 @@ def check(name: str, fn: Callable[..., object]) -> Outcome:
     return run(EXERCISES[name], fn)
 
 
+def report(name: str, fn: Callable[..., object]) -> bool:
+    """Print the verdict on the learner's ``fn`` (✓, or the diagnosis) and return it as a bool.
+
+    For the lessons' "check yourself" lines: never raises for a wrong answer.
+    """
+    outcome = check(name, fn)
+    print(("✓ " if outcome else "✗ ") + outcome.feedback())
+    return outcome.passed
+
+
 def assert_correct(name: str, fn: Callable[..., object]) -> None:
     """Raise :class:`CheckFailed` with the feedback sentence unless ``fn`` passes."""
     outcome = check(name, fn)
@@ -46,4 +56,5 @@ __all__ = [
     "assert_correct",
     "check",
     "plain",
+    "report",
 ]
