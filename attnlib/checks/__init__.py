@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import lesson01, lesson02, lesson03, lesson04, lesson05
-from ._core import CheckFailed, Exercise, Mistake, Outcome, Probe, plain, run
+from ._core import CheckFailed, Exercise, Mistake, Outcome, Probe, plain, quiet, run
 
 LESSONS = {
     module.LESSON: module.EXERCISES for module in (lesson01, lesson02, lesson03, lesson04, lesson05)
@@ -56,5 +56,6 @@ __all__ = [
     "assert_correct",
     "check",
     "plain",
+    "quiet",
     "report",
 ]

@@ -20,9 +20,12 @@ the comparison functions are the checker's own, not attributes of the result.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,6 +118,25 @@ class CheckFailed(AssertionError):
     """Raised by :func:`assert_correct`; its text is the learner's feedback."""
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[io.StringIO]:
+    """Run learner code without letting it write to stderr.
+
+    Warnings (NumPy's RuntimeWarning for ``exp(-inf - -inf)``, say) are
+    silenced and anything written to ``sys.stderr`` is kept in the yielded
+    buffer. nbgrader gives zero points to a test cell that writes to stderr,
+    and a correct answer that happens to warn must keep its points.
+    """
+    buffer = io.StringIO()
+    with (
+        warnings.catch_warnings(),
+        np.errstate(all="ignore"),
+        contextlib.redirect_stderr(buffer),
+    ):
+        warnings.simplefilter("ignore")
+        yield buffer
+
+
 def plain(value: object, what: str, dtype: type | None = np.float64) -> np.ndarray:
     """Copy ``value`` into a fresh base-class array, refusing anything that is not numeric.
 
@@ -203,7 +225,8 @@ def run(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
             return Outcome(exercise.name, False, message, exercise.read)
     for extra in exercise.extra:
         try:
-            message = extra(fn)
+            with quiet():
+                message = extra(fn)
         except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
             message = f"raised {type(error).__name__}: {error}"
         if message:
@@ -215,7 +238,8 @@ def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) ->
     args, kwargs = copy.deepcopy(probe.args), copy.deepcopy(probe.kwargs)
     on = f" on {probe.describe()}" if probe.label else ""
     try:
-        result = fn(*args, **kwargs)
+        with quiet():
+            result = fn(*args, **kwargs)
     except CheckFailed:
         raise
     except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
