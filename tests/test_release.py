@@ -4,17 +4,11 @@ If a test here fails after you edited a lesson, run `make release` (it regenerat
 nbgrader and clears the outputs of both folders) and commit the result.
 """
 
-import os
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from course import make_course
 from traitlets.config import Config, PyFileConfigLoader
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,12 +17,6 @@ LESSONS = REPO / "lessons"
 LESSON_IDS = sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir())
 # Markers that must never reach a learner (nbgrader's defaults, as in nbgrader_config.py).
 SECRET_DELIMITERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "BEGIN MARK SCHEME")
-
-
-def _lesson_marks(lesson_id):
-    """`pytest -m lesson01` selects lesson 01's checks (markers are registered in pyproject)."""
-    m = re.match(r"(\d\d)-", lesson_id)
-    return [getattr(pytest.mark, f"lesson{m.group(1)}")] if m else []
 
 
 def _notebooks(folder):
@@ -58,22 +46,7 @@ def test_nbgrader_config_makes_the_repo_root_the_course():
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
     """A fresh release made by the real `nbgrader generate_assignment` in a scratch course."""
-    course = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(SOLUTIONS, course / "solutions", ignore=shutil.ignore_patterns(".ipynb_*"))
-    bindir = Path(sys.executable).parent  # nbgrader runs `alembic` from PATH
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    for lesson in LESSON_IDS:
-        result = subprocess.run(
-            [str(bindir / "nbgrader"), "generate_assignment", lesson, "--force"],
-            cwd=course,
-            env=env,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        assert result.returncode == 0, f"nbgrader generate_assignment {lesson}:\n{result.stderr}"
-    return course / "lessons"
+    return make_course(tmp_path_factory.mktemp("course"), LESSON_IDS) / "lessons"
 
 
 def test_lessons_are_in_sync_with_solutions(regenerated):
@@ -115,54 +88,3 @@ def test_notebooks_are_stored_without_outputs(path):
         f"{path}: cells {dirty} have outputs or execution counts; run `make release` "
         "(or `jupyter nbconvert --clear-output --inplace` on the notebook)"
     )
-
-
-def _execute(path, allow_errors):
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=120,
-        kernel_name="python3",
-        allow_errors=allow_errors,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    client.execute()
-    return nb
-
-
-def _lesson_notebook_params(folder):
-    return [
-        pytest.param(
-            p,
-            marks=[pytest.mark.slow, *_lesson_marks(p.parent.name)],
-            id=f"{p.parent.name}/{p.name}",
-        )
-        for p in _notebooks(folder)
-    ]
-
-
-@pytest.mark.parametrize("path", _lesson_notebook_params(SOLUTIONS))
-def test_solution_notebook_passes_its_own_tests(path):
-    try:
-        _execute(path, allow_errors=False)
-    except CellExecutionError as err:
-        pytest.fail(f"{path.relative_to(REPO)} fails with its own solutions:\n{err}")
-
-
-@pytest.mark.parametrize("path", _lesson_notebook_params(LESSONS))
-def test_release_notebook_is_not_already_solved(path):
-    nb = _execute(path, allow_errors=True)
-    meta = [c.metadata.get("nbgrader", {}) for c in nb.cells]
-    code_tests = [
-        c
-        for c, m in zip(nb.cells, meta, strict=True)
-        if c.cell_type == "code" and m.get("grade") and not m.get("solution")
-    ]
-    if not code_tests:
-        pytest.skip(f"{path.relative_to(REPO)} has no autograded test cells")
-    passing = [
-        c.metadata["nbgrader"]["grade_id"]
-        for c in code_tests
-        if not any(o.output_type == "error" for o in c.outputs)
-    ]
-    assert not passing, f"{path.relative_to(REPO)}: {passing} pass before the learner writes code"
