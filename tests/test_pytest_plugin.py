@@ -1,0 +1,115 @@
+"""`pytest --attn-notebook PATH` checks a learner's notebook with the course's hidden checks."""
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from autograder.notebook import NotebookError, load
+
+pytestmark = pytest.mark.lesson02
+
+SOFTMAX_RIGHT = """def softmax(x, axis=-1):
+    ### BEGIN SOLUTION
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+    ### END SOLUTION
+"""
+SOFTMAX_WRONG_AXIS = SOFTMAX_RIGHT.replace("axis=axis", "axis=0")
+
+
+def solution(source, grade_id):
+    return new_code_cell(source, metadata={"nbgrader": {
+        "grade": False, "grade_id": grade_id, "locked": False, "schema_version": 3,
+        "solution": True, "task": False}})  # fmt: skip
+
+
+def graded_cell(source, grade_id):
+    return new_code_cell(source, metadata={"nbgrader": {
+        "grade": True, "grade_id": grade_id, "locked": True, "points": 2, "schema_version": 3,
+        "solution": False, "task": False}})  # fmt: skip
+
+
+def notebook(tmp_path, *cells, lesson="02-softmax-masking"):
+    folder = tmp_path / lesson
+    folder.mkdir(exist_ok=True)
+    nb = new_notebook(cells=[
+        new_markdown_cell("# A lesson"),
+        new_code_cell("%matplotlib inline\nimport numpy as np\nBIG = 1e9\nprint(undefined_name)"),
+        *cells,
+    ])  # fmt: skip
+    path = folder / "mine.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def run_pytest(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def test_loader_runs_solutions_and_setup_but_never_test_cells(tmp_path):
+    path = notebook(
+        tmp_path,
+        solution(SOFTMAX_RIGHT, "softmax"),
+        graded_cell("softmax = None  # an edited test cell changes nothing", "test_softmax"),
+        new_code_cell("train_for_an_hour()\ndef helper():\n    return 3"),
+    )
+    loaded = load(path)
+    assert loaded.lesson == "02-softmax-masking"
+    assert callable(loaded.namespace["softmax"])
+    assert loaded.namespace["BIG"] == 1e9 and loaded.namespace["helper"]() == 3
+    assert "undefined_name" not in str(loaded.errors)  # a print call is not set-up: not run
+
+
+def test_loader_reports_unreadable_notebooks_and_unknown_lessons(tmp_path):
+    broken = tmp_path / "02-softmax-masking" / "broken.ipynb"
+    broken.parent.mkdir()
+    broken.write_text("{ this is not json")
+    with pytest.raises(NotebookError, match="is not a readable notebook"):
+        load(broken)
+    stray = notebook(tmp_path, lesson="misc")
+    with pytest.raises(NotebookError, match="cannot tell which lesson"):
+        load(stray)
+
+
+def test_plugin_passes_a_right_answer_and_names_a_wrong_one(tmp_path):
+    right = notebook(tmp_path, solution(SOFTMAX_RIGHT, "softmax"))
+    result = run_pytest("--attn-notebook", str(right), "-k", "softmax and not masked", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert "1 passed" in result.stdout
+
+    wrong = notebook(tmp_path, solution(SOFTMAX_WRONG_AXIS, "softmax"))
+    result = run_pytest("--attn-notebook", str(wrong), "-k", "softmax and not masked", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "softmax: softmax normalises over the first axis" in result.stdout
+    assert "Traceback" not in result.stdout
+
+
+def test_plugin_lists_every_exercise_and_question_of_the_lesson(tmp_path):
+    from attnlib import checks, quiz
+
+    path = notebook(tmp_path)
+    result = run_pytest("--attn-notebook", str(path), "--collect-only", cwd=tmp_path)
+    expected = [e.name for e in checks.LESSONS["02-softmax-masking"]]
+    expected += [q.key for q in quiz.questions("02-softmax-masking")]
+    for name in expected:
+        assert f"mine.ipynb::{name}" in result.stdout
+    assert "Warning" not in result.stdout
+
+
+def test_plugin_reports_a_corrupted_notebook_as_one_clear_failure(tmp_path):
+    broken = tmp_path / "02-softmax-masking" / "broken.ipynb"
+    broken.parent.mkdir()
+    broken.write_text("{ this is not json")
+    result = run_pytest("--attn-notebook", str(broken), cwd=tmp_path)
+    assert result.returncode == 1 and "1 failed" in result.stdout
+    assert "is not a readable notebook" in result.stdout
