@@ -1,0 +1,113 @@
+"""Every lesson follows the course's shape, so graders and the checks can rely on it.
+
+For each lesson in solutions/: its first code cell reports the previous lesson's mastery; each
+of its contract exercises has a solution cell defining the function and a graded test cell
+whose hidden part calls the shared checks; every section the checks' feedback points to exists
+as a heading; every mastery question has an answer cell and a hidden check; the lesson ends by
+grading the mastery check.
+"""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attnlib import checks, quiz
+
+REPO = Path(__file__).resolve().parents[1]
+LESSONS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
+
+
+def cells(lesson):
+    out = []
+    for path in sorted((REPO / "solutions" / lesson).glob("*.ipynb")):
+        out.extend(nbformat.read(path, as_version=4).cells)
+    return out
+
+
+def nbgrader(cell):
+    return cell.metadata.get("nbgrader", {})
+
+
+def lesson_param(lesson):
+    number = lesson[:2]
+    return pytest.param(lesson, marks=getattr(pytest.mark, f"lesson{number}"), id=lesson)
+
+
+PARAMS = [lesson_param(lesson) for lesson in LESSONS]
+
+
+@pytest.mark.parametrize("lesson", PARAMS)
+def test_lesson_is_one_of_the_five(lesson):
+    assert lesson in checks.LESSONS
+
+
+@pytest.mark.parametrize("lesson", PARAMS)
+def test_first_code_cell_reports_the_previous_lesson(lesson):
+    first = next(c for c in cells(lesson) if c.cell_type == "code")
+    assert f'before_lesson("{lesson}")' in first.source
+
+
+@pytest.mark.parametrize("lesson", PARAMS)
+def test_every_contract_exercise_has_a_solution_and_a_hidden_check(lesson):
+    all_cells = cells(lesson)
+    for exercise in checks.LESSONS[lesson]:
+        name = exercise.name
+        solution = [
+            c for c in all_cells if nbgrader(c).get("solution") and f"def {name}(" in c.source
+        ]
+        assert solution, f"{lesson}: no solution cell defines {name}"
+        assert "### BEGIN SOLUTION" in solution[0].source
+        graded = [
+            c
+            for c in all_cells
+            if nbgrader(c).get("grade") and not nbgrader(c).get("solution")
+            and re.search(rf"check\(\s*[\"']{name}[\"']\s*,\s*{name}\s*\)", c.source)
+        ]  # fmt: skip
+        assert graded, f"{lesson}: no graded cell calls check({name!r}, {name})"
+        hidden = graded[0].source.split("### BEGIN HIDDEN TESTS", 1)
+        assert len(hidden) == 2 and f'"{name}"' in hidden[1], f"{name}: check not hidden"
+        assert nbgrader(graded[0]).get("locked") and nbgrader(graded[0]).get("points", 0) > 0
+
+
+def headings(lesson):
+    found = set()
+    for c in cells(lesson):
+        if c.cell_type == "markdown":
+            found.update(
+                m.group(1).strip().strip("`").strip()
+                for m in re.finditer(r"^#+\s+(.+)$", c.source, re.M)
+            )
+    return found
+
+
+@pytest.mark.parametrize("lesson", PARAMS)
+def test_feedback_points_to_sections_that_exist(lesson):
+    have = headings(lesson)
+    for exercise in checks.LESSONS[lesson]:
+        section = re.search(r"'(.+)'", exercise.read).group(1)
+        assert any(section in h for h in have), (
+            f"{exercise.name}'s feedback sends learners to {exercise.read!r}, but {lesson} has "
+            f"no such heading; headings: {sorted(have)}"
+        )
+
+
+@pytest.mark.parametrize("lesson", PARAMS)
+def test_mastery_check_is_graded_and_recorded(lesson):
+    all_cells = cells(lesson)
+    questions = quiz.questions(lesson)
+    assert len(questions) >= 3, f"{lesson} needs a mastery check of at least three questions"
+    for q in questions:
+        answer = [c for c in all_cells if nbgrader(c).get("solution") and f"{q.key} =" in c.source]
+        assert answer, f"{lesson}: no answer cell assigns {q.key}"
+        test = [
+            c
+            for c in all_cells
+            if nbgrader(c).get("grade")
+            and re.search(rf"answer\(\s*[\"']{lesson}[\"']\s*,\s*[\"']{q.key}[\"']", c.source)
+        ]
+        assert test, f"{lesson}: no graded cell checks {q.key}"
+        assert "### BEGIN HIDDEN TESTS" in test[0].source
+    last_code = [c for c in all_cells if c.cell_type == "code"][-1]
+    assert f'grade("{lesson}"' in last_code.source
