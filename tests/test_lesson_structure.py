@@ -82,14 +82,24 @@ def headings(lesson):
     return found
 
 
+def reading_pointers(lesson):
+    """Every place the checks' feedback sends a learner to, for exercises of ``lesson``."""
+    for exercise in checks.LESSONS[lesson]:
+        yield exercise.name, exercise.read
+        for mistake in exercise.mistakes:
+            if mistake.read:
+                yield exercise.name, mistake.read
+
+
 @pytest.mark.parametrize("lesson", PARAMS)
 def test_feedback_points_to_sections_that_exist(lesson):
-    have = headings(lesson)
-    for exercise in checks.LESSONS[lesson]:
-        section = re.search(r"'(.+)'", exercise.read).group(1)
+    for name, read in reading_pointers(lesson):
+        target, section = re.fullmatch(r"(\S+), '(.+)'", read).groups()
+        assert target in LESSONS, f"{name}'s feedback points to a missing lesson: {read!r}"
+        have = headings(target)
         assert any(section in h for h in have), (
-            f"{exercise.name}'s feedback sends learners to {exercise.read!r}, but {lesson} has "
-            f"no such heading; headings: {sorted(have)}"
+            f"{name}'s feedback sends learners to {read!r}, but {target} has no such heading; "
+            f"headings: {sorted(have)}"
         )
 
 

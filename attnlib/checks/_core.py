@@ -56,6 +56,7 @@ class Mistake:
     message: str | Callable[[Probe], str]
     returns: Callable[..., object]
     applies: Callable[[Probe], bool] = lambda probe: True
+    read: str = ""  # the section that explains this mistake, if not the exercise's own
 
     def explain(self, probe: Probe) -> str:
         """The sentence for this probe (a message may depend on the probe's arguments)."""
@@ -82,7 +83,9 @@ class Outcome:
         return f"{self.exercise}: {self.message}{where}"
 
 
-Invariant = Callable[[Probe, Arrays], "str | None"]
+# An invariant returns None when it holds, else the sentence, or (sentence, section to read).
+Invariant = Callable[[Probe, Arrays], "str | tuple[str, str] | None"]
+Verdict = tuple[str, str]  # (sentence, section to read)
 
 
 @dataclass(frozen=True)
@@ -220,9 +223,10 @@ def difference(actual: Arrays, expected: Arrays, outputs: Sequence[str]) -> str:
 def run(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
     """Check ``fn`` against ``exercise`` on every probe; stop at the first failure."""
     for probe in exercise.probes():
-        message = _check_probe(exercise, fn, probe)
-        if message is not None:
-            return Outcome(exercise.name, False, message, exercise.read)
+        verdict = _check_probe(exercise, fn, probe)
+        if verdict is not None:
+            message, read = verdict
+            return Outcome(exercise.name, False, message, read or exercise.read)
     for extra in exercise.extra:
         try:
             with quiet():
@@ -234,7 +238,7 @@ def run(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
     return Outcome(exercise.name, True)
 
 
-def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> str | None:
+def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> Verdict | None:
     args, kwargs = copy.deepcopy(probe.args), copy.deepcopy(probe.kwargs)
     on = f" on {probe.describe()}" if probe.label else ""
     try:
@@ -243,17 +247,17 @@ def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) ->
     except CheckFailed:
         raise
     except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
-        return f"raised {type(error).__name__}: {error}{on}"
+        return f"raised {type(error).__name__}: {error}{on}", ""
     if not _same_inputs(args, probe.args) or kwargs.keys() != probe.kwargs.keys():
-        return f"changed its input arrays in place{on}; work on copies instead"
+        return f"changed its input arrays in place{on}; work on copies instead", ""
     try:
         actual = unpack(result, exercise.outputs, exercise.dtype)
     except CheckFailed as failure:
-        return f"{failure}{on}"
+        return f"{failure}{on}", ""
     for requirement in exercise.requirements:
-        message = requirement(probe, actual)
-        if message:
-            return f"{message}{on}"
+        verdict = _verdict(requirement(probe, actual), on)
+        if verdict:
+            return verdict
     expected = unpack(exercise.reference(*probe.args, **probe.kwargs), exercise.outputs, None)
     if close(actual, expected, exercise.rtol, exercise.atol):
         return None
@@ -268,14 +272,22 @@ def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) ->
         except Exception:  # noqa: BLE001 — a mistake model that cannot run does not match
             continue
         if close(finite, buggy, exercise.rtol, exercise.atol):
-            return mistake.explain(probe)
+            return mistake.explain(probe), mistake.read
     if probe.nan_hint and not all(np.isfinite(a).all() for a in actual):
-        return probe.nan_hint
+        return probe.nan_hint, ""
     for invariant in exercise.invariants:
-        message = invariant(probe, actual)
-        if message:
-            return f"{message}{on}"
-    return f"{difference(actual, expected, exercise.outputs)}{on}"
+        verdict = _verdict(invariant(probe, actual), on)
+        if verdict:
+            return verdict
+    return f"{difference(actual, expected, exercise.outputs)}{on}", ""
+
+
+def _verdict(found: str | tuple[str, str] | None, on: str) -> Verdict | None:
+    """An invariant's or requirement's finding as ``(sentence + where, section)``."""
+    if not found:
+        return None
+    message, read = (found, "") if isinstance(found, str) else found
+    return f"{message}{on}", read
 
 
 def _same_inputs(after: tuple, before: tuple) -> bool:

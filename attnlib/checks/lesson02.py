@@ -9,6 +9,7 @@ from ._core import Arrays, Exercise, Mistake, Probe, where
 from .probes import label, normal, qkv_probes, rng
 
 LESSON = "02-softmax-masking"
+AXIS = "02-softmax-masking, 'Which axis? Keys, not queries'"
 
 
 def _plain_softmax(x, axis=-1):
@@ -66,11 +67,13 @@ softmax = Exercise(
             "softmax normalises over the first axis; the default is the last axis (axis=-1)",
             lambda x, axis=-1: ref.softmax(x, axis=0),
             applies=lambda p: _axis(p) == -1,
+            read=AXIS,
         ),
         Mistake(
             "softmax normalises over axis -2 instead of the given axis",
             lambda x, axis=-1: ref.softmax(x, axis=-2),
             applies=lambda p: np.ndim(p.args[0]) >= 2 and _axis(p) == -1,
+            read=AXIS,
         ),
     ),
     invariants=(
@@ -220,7 +223,7 @@ def _rows_are_distributions(probe: Probe, weights: np.ndarray) -> str | None:
         and np.allclose(weights.sum(axis=-2), 1.0)
         and not np.allclose(rows[has_key], 1.0)
     ):
-        return "weights sum to one over queries (axis -2), not over keys (the last axis)"
+        return "weights sum to one over queries (axis -2), not over keys (the last axis)", AXIS
     bad = has_key & ~np.isclose(rows, 1.0, rtol=1e-6, atol=1e-8)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -283,6 +286,7 @@ def _masking_mistakes(scores_of, finish):
         Mistake(
             "weights sum to one over queries (axis -2), not over keys (the last axis)",
             variant(lambda s, m: np.nan_to_num(_plain_softmax(np.where(m, s, -np.inf), -2))),
+            read=AXIS,
         ),
     )
 
