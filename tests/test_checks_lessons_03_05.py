@@ -302,3 +302,25 @@ def test_torch_answers_are_converted_to_plain_arrays():
 
     outcome = checks.check("attention", torch_attention)
     assert outcome.passed, outcome.feedback()
+
+
+def test_a_per_head_mask_is_not_given_a_second_head_axis():
+    def always_insert_head_axis(X_q, X_kv, W_q, W_k, W_v, W_o, num_heads, mask=None):
+        if mask is not None:
+            mask = np.asarray(mask)[..., None, :, :]  # wrong for (B, h, T_q, T_kv) masks
+        return mha_per_head_loop(X_q, X_kv, W_q, W_k, W_v, W_o, num_heads, mask)
+
+    outcome = checks.check("multi_head_attention", always_insert_head_axis)
+    assert not outcome.passed
+    assert "(B, h, T_q, T_kv)" in outcome.message or "mask (" in outcome.message
+
+
+def test_a_chunked_function_that_is_naive_only_when_causal_is_caught():
+    def naive_when_causal(Q, K, V, block_size, causal=False):
+        if causal:
+            return naive_chunked(Q, K, V, block_size, causal=True)
+        return an.chunked_attention(Q, K, V, block_size)
+
+    outcome = checks.check("chunked_attention", naive_when_causal)
+    assert not outcome.passed
+    assert "causal=True" in outcome.message and "materialises" in outcome.message

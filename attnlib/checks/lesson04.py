@@ -95,6 +95,11 @@ def _mha_probes() -> list[Probe]:
                 args_cross, {"mask": pad}, f"cross-attention, {label(X_q=X_q, X_kv=X_kv, mask=pad)}"
             )
         )
+        per_head = np.ones((B, h, T, T), dtype=bool)  # (B, h, T, T): head 0 causal, others all
+        per_head[:, 0] = ref.causal_mask(T)
+        out.append(
+            Probe(args_self, {"mask": per_head}, f"self-attention, {text}, {label(mask=per_head)}")
+        )
     return out
 
 
