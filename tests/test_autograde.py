@@ -3,7 +3,9 @@
 A scratch course is built from this repository with `nbgrader generate_assignment`; for each
 lesson, student `alice` submits the source notebooks (the solutions) and `bob` submits the
 release notebooks untouched. `nbgrader autograde` must finish, give alice every point and bob
-none, and write both to the gradebook.
+none, and write both to the gradebook. In lesson 02, `carol` answers correctly in ways that make
+NumPy print RuntimeWarnings to stderr, which plain nbgrader punishes in a test cell: she must
+keep every point too.
 """
 
 import shutil
@@ -15,6 +17,37 @@ from course import REPO, make_course, nbgrader
 from nbgrader.api import Gradebook
 
 LESSON_IDS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
+
+# Correct answers written the way the lesson warns about, but fixed up afterwards: -inf, then
+# nan_to_num. Fully masked rows make NumPy warn ("invalid value encountered") on stderr.
+WARNING_ANSWERS = {
+    "masked_softmax": """def masked_softmax(scores, mask=None):
+    scores = np.asarray(scores, dtype=float)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return np.nan_to_num(e / e.sum(axis=-1, keepdims=True))
+""",
+    "softmax": """def softmax(x, axis=-1):
+    import sys
+    x = np.asarray(x, dtype=float)
+    print("softmax: using log-sum-exp", file=sys.stderr)
+    top = np.max(x, axis=axis, keepdims=True)
+    return np.exp(x - top - np.log(np.exp(x - top).sum(axis=axis, keepdims=True)))
+""",
+}
+
+
+def with_warning_answers(notebook: Path, target: Path) -> None:
+    """Copy ``notebook`` with the solutions in WARNING_ANSWERS swapped in."""
+    nb = nbformat.read(notebook, as_version=4)
+    for cell in nb.cells:
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        for name, source in WARNING_ANSWERS.items():
+            if f"def {name}(" in cell.source:
+                cell.source = source
+    nbformat.write(nb, target)
 
 
 def lesson_params():
@@ -33,6 +66,11 @@ def course(tmp_path_factory):
             target.mkdir(parents=True)
             for notebook in (folder / lesson).glob("*.ipynb"):
                 shutil.copy(notebook, target / notebook.name)
+    if "02-softmax-masking" in LESSON_IDS:
+        target = root / "submitted" / "carol" / "02-softmax-masking"
+        target.mkdir(parents=True)
+        for notebook in (root / "solutions" / "02-softmax-masking").glob("*.ipynb"):
+            with_warning_answers(notebook, target / notebook.name)
     return root
 
 
@@ -88,3 +126,18 @@ def test_an_untouched_release_scores_zero_and_the_grader_survives(course, autogr
     got, total = score(course, lesson, "bob")
     assert (got, total) == (0, score(course, lesson, "alice")[1])
     assert list((course / "autograded" / "bob" / lesson).glob("*.ipynb"))
+
+
+@pytest.mark.slow
+@pytest.mark.lesson02
+@pytest.mark.skipif("02-softmax-masking" not in LESSON_IDS, reason="lesson 02 is not in solutions/")
+def test_correct_answers_that_write_to_stderr_keep_full_marks(course, autograded):
+    result = autograded("02-softmax-masking")
+    assert result.returncode == 0, result.stderr[-3000:]
+    autograded_nb = course / "autograded" / "carol" / "02-softmax-masking"
+    sources = "".join(
+        c.source for p in autograded_nb.glob("*.ipynb") for c in nbformat.read(p, 4).cells
+    )
+    assert "np.nan_to_num(e / e.sum" in sources  # her answers really were graded
+    got, total = score(course, "02-softmax-masking", "carol")
+    assert got == total, "\n".join(failing_cells(course, "02-softmax-masking", "carol"))
