@@ -313,3 +313,12 @@ def test_unknown_exercise_and_non_function_are_clear():
     assert "is not a function" in checks.check("softmax", 3).message
     with pytest.raises(checks.CheckFailed, match="softmax: "):
         checks.assert_correct("softmax", lambda x, axis=-1: x)
+
+
+def test_a_wrong_boolean_mask_of_the_right_shape_is_described_not_crashed_on():
+    def shifted(T):  # right shape and dtype, wrong values, no classic mistake
+        return np.roll(np.tril(np.ones((T, T), dtype=bool)), 1, axis=1)
+
+    outcome = checks.check("causal_mask", shifted)
+    assert not outcome.passed
+    assert "expected" in outcome.message and "TypeError" not in outcome.message

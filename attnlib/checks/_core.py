@@ -211,7 +211,7 @@ def difference(actual: Arrays, expected: Arrays, outputs: Sequence[str]) -> str:
             first = tuple(int(i) for i in np.argwhere(np.isnan(a))[0])
             return f"{name} contains NaN at {where(first)}"
         if not np.allclose(a, e, rtol=1e-6, atol=1e-8):
-            err = np.abs(a - e)
+            err = np.abs(a.astype(np.float64) - e.astype(np.float64))  # booleans cannot subtract
             idx = tuple(int(i) for i in np.unravel_index(np.argmax(err), err.shape))
             return (
                 f"{name}{list(idx)} is {a[idx]:.6g}, expected {e[idx]:.6g} "
