@@ -407,3 +407,16 @@ def test_viz_works_without_ipywidgets():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_picture_already_drawn_is_reused_and_the_figure_drawn_on_demand():
+    from attnlib.viz import MaskToggle
+
+    first = MaskToggle(seed=11)
+    second = MaskToggle(seed=11)  # same state: the PNG comes from the cache
+    assert second.png() == first.png()
+    assert second._figure_stale  # not drawn yet ...
+    assert second.figure.axes  # ... until someone looks at it
+    second.causal.value = True
+    assert second.png() != first.png()  # a new state is a new picture
+    assert not second._figure_stale

@@ -1,0 +1,99 @@
+"""Per-student feedback in Markdown: each mistake named, and the section of the lesson to reread.
+
+``attn-grade batch`` writes ``autograded/STUDENT/LESSON/attn-feedback.md`` beside nbgrader's
+autograded notebooks. ``nbgrader generate_feedback`` copies the files it finds there into
+``feedback/``, so the learner receives it next to nbgrader's own HTML feedback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import nbformat
+
+from attnlib import checks
+
+FILENAME = "attn-feedback.md"
+
+
+def _grades(coursedir, lesson: str, student: str, notebook: str) -> dict[str, tuple]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
+        nb = gb.find_submission_notebook(notebook, lesson, student)
+        return {g.name: (g.score, g.max_score) for g in nb.grades}
+
+
+def notebook_feedback(nb, result: dict, grades: dict[str, tuple], notebook: str) -> list[str]:
+    """Markdown lines for one autograded notebook."""
+    verdicts: dict[int, list[dict]] = {}
+    for v in result.get("verdicts", []):
+        verdicts.setdefault(int(v["cell"]), []).append(v)
+    lines = [f"## {notebook}", ""]
+    total = sum(g[0] or 0 for g in grades.values())
+    most = sum(g[1] or 0 for g in grades.values())
+    lines += [f"Score: **{total:g} / {most:g}**", ""]
+    good, bad = [], []
+    for index, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        grade_id = meta.get("grade_id")
+        if not meta.get("grade") or grade_id not in grades:
+            continue
+        score, max_score = grades[grade_id]
+        score = score or 0
+        name = ", ".join(v["name"] for v in verdicts.get(index, [])) or grade_id
+        if score >= (max_score or 0):
+            good.append(f"- ✓ **{name}** ({score:g}/{max_score:g})")
+            continue
+        reasons, reads = [], []
+        for v in verdicts.get(index, []):
+            if not v["passed"]:
+                reasons.append(v["message"])
+                if v.get("read"):
+                    reads.append(v["read"])
+        if not reasons:
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    reasons.append(f"{out.get('ename')}: {str(out.get('evalue', ''))[:400]}")
+                    break
+                if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                    reasons.append("the cell wrote to stderr")
+                    break
+            for v in verdicts.get(index, []):
+                exercise = checks.EXERCISES.get(v["name"])
+                if exercise is not None:
+                    reads.append(exercise.read)
+        reason = " ".join(reasons) or "this test did not pass"
+        entry = f"- ✗ **{name}** ({score:g}/{max_score:g}): {reason}"
+        if reads:
+            entry += f"  \n  Reread: {'; '.join(dict.fromkeys(reads))}."
+        bad.append(entry)
+    if bad:
+        lines += ["### To fix", "", *bad, ""]
+    if good:
+        lines += ["### Correct", "", *good, ""]
+    notes = result.get("notes", [])
+    if notes:
+        lines += ["### While running your notebook", "", *[f"- {n}" for n in notes], ""]
+    return lines
+
+
+def write_for(course: Path, coursedir, lesson: str, student: str, results: dict) -> Path | None:
+    """Write the student's feedback file; return its path."""
+    dest = Path(coursedir.format_path(coursedir.autograded_directory, student, lesson))
+    if not dest.is_dir():
+        return None
+    lines = [f"# Feedback on {lesson}", "", f"Student: {student}", ""]
+    for path in sorted(dest.glob("*.ipynb")):
+        notebook = path.stem
+        nb = nbformat.read(path, as_version=4)
+        grades = _grades(coursedir, lesson, student, notebook)
+        lines += notebook_feedback(nb, results.get((student, notebook), {}), grades, notebook)
+    target = dest / FILENAME
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(target, 0o644)
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.chmod(target, 0o444)
+    return target

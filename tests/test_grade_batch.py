@@ -1,0 +1,121 @@
+"""``attn-grade batch`` gives every student nbgrader's score, and nbgrader's tools still work.
+
+Two copies of one scratch course (lessons 01 and 02, honest students and classic bugs from
+tests/test_grade_students.py): ``nbgrader autograde`` grades one, ``attn-grade batch`` the other.
+Every grade cell of every student must get the same score in both gradebooks. Then
+``nbgrader generate_feedback`` and ``nbgrader export`` run on what attn-grade wrote.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+
+import pytest
+from course import BIN, env, make_course, nbgrader
+from nbgrader.api import Gradebook
+from test_grade_students import STUDENTS, submit_all
+
+LESSONS = ["01-scoring", "02-softmax-masking"]
+pytestmark = [pytest.mark.slow, pytest.mark.lesson01, pytest.mark.lesson02]
+
+
+def attn_grade(course, *args, timeout=600):
+    return subprocess.run(
+        [str(BIN / "attn-grade"), *args], cwd=course, env=env(), capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=timeout,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def courses(tmp_path_factory):
+    ours = make_course(tmp_path_factory.mktemp("attn-grade-course"), LESSONS)
+    for lesson in LESSONS:
+        submit_all(ours, lesson)
+    theirs = tmp_path_factory.mktemp("nbgrader-course")
+    shutil.copytree(ours, theirs, dirs_exist_ok=True)
+    runs = {}
+    for lesson in LESSONS:
+        done = nbgrader(theirs, "autograde", lesson)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[lesson] = attn_grade(ours, "batch", lesson, "--course", str(ours), "--json",
+                                  "--csv", str(ours / f"{lesson}.csv"))  # fmt: skip
+        assert runs[lesson].returncode == 0, runs[lesson].stderr[-3000:]
+    return ours, theirs, runs
+
+
+def grades(course, lesson) -> dict[tuple[str, str], float]:
+    out = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for submission in gb.find_assignment(lesson).submissions:
+            for nb in submission.notebooks:
+                for grade in nb.grades:
+                    out[(submission.student.id, grade.name)] = grade.score
+    return out
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_grade_cell_gets_nbgrader_score(courses, lesson):
+    ours, theirs, _ = courses
+    a, b = grades(ours, lesson), grades(theirs, lesson)
+    assert set(a) == set(b)
+    differ = {key: (a[key], b[key]) for key in a if a[key] != b[key]}
+    assert not differ, f"attn-grade vs nbgrader: {differ}"
+    students = {student for student, _ in a}
+    assert students == set(STUDENTS[lesson])
+    totals = {s: sum(v for (who, _), v in a.items() if who == s) for s in students}
+    assert totals["blank"] == 0 and totals["honest"] == max(totals.values())
+    assert len(set(totals.values())) > 3, "the bugs should cost different points"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_json_and_csv_reports_agree_with_the_gradebook(courses, lesson):
+    ours, _, runs = courses
+    results = {r["student"]: r for r in json.loads(runs[lesson].stdout)}
+    with Gradebook(f"sqlite:///{ours / 'gradebook.db'}") as gb:
+        for student, r in results.items():
+            assert r["status"] == "graded"
+            assert r["score"] == gb.find_submission(lesson, student).score
+    with open(ours / f"{lesson}.csv", newline="") as f:
+        rows = {row["student"]: row for row in csv.DictReader(f)}
+    assert set(rows) == set(results)
+    assert float(rows["honest"]["score"]) == results["honest"]["score"]
+
+
+def test_feedback_names_the_mistake_and_the_section(courses):
+    ours, _, _ = courses
+    lesson = "02-softmax-masking"
+    text = (ours / "autograded" / "scale-dk" / lesson / "attn-feedback.md").read_text()
+    assert "✗ **attention**" in text and "Reread: 02-softmax-masking, '" in text
+    assert "sqrt(d_k)" in text
+    honest = (ours / "autograded" / "honest" / lesson / "attn-feedback.md").read_text()
+    assert "To fix" not in honest and "Score: **17 / 17**" in honest
+
+
+def test_nbgrader_feedback_and_export_work_on_what_attn_grade_wrote(courses):
+    ours, _, _ = courses
+    lesson = "02-softmax-masking"
+    done = nbgrader(ours, "generate_feedback", lesson)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for student in STUDENTS[lesson]:
+        folder = ours / "feedback" / student / lesson
+        assert (folder / f"{lesson}.html").exists()
+        assert (folder / "attn-feedback.md").exists()
+    done = nbgrader(ours, "export")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(ours / "grades.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["assignment"] == lesson]
+    by_student = {r["student_id"]: r for r in rows}
+    assert set(STUDENTS[lesson]) <= set(by_student)
+    assert float(by_student["honest"]["score"]) == float(by_student["honest"]["max_score"]) > 0
+    assert float(by_student["blank"]["score"]) == 0
+
+
+def test_a_second_run_grades_nobody_again(courses):
+    ours, _, _ = courses
+    lesson = "01-scoring"
+    done = attn_grade(ours, "batch", lesson, "--course", str(ours), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {r["status"] for r in json.loads(done.stdout)} == {"skipped"}

@@ -1,0 +1,75 @@
+"""``attn-grade check NOTEBOOK``: the learner's self-check, in a child process with a timeout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import nbformat
+import pytest
+from course import BIN, env
+from test_grade_students import edit_cell, student_notebook
+
+LESSON = "02-softmax-masking"
+pytestmark = [pytest.mark.slow, pytest.mark.lesson02]
+
+
+def check(path, *args, timeout=180):
+    return subprocess.run(
+        [str(BIN / "attn-grade"), "check", str(path), *args], env=env(), capture_output=True,
+        text=True, stdin=subprocess.DEVNULL, timeout=timeout,
+    )  # fmt: skip
+
+
+def save(tmp_path, nb, name="mine"):
+    folder = tmp_path / name / LESSON
+    folder.mkdir(parents=True)
+    path = folder / f"{LESSON}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_finished_notebook_passes_and_mastery_is_recorded(tmp_path):
+    from attnlib import mastery
+
+    done = check(save(tmp_path, student_notebook(LESSON, {})))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in ("✓ softmax", "✓ attention", "✓ q1", "mastered"):
+        assert line in done.stdout
+    assert mastery.best(LESSON).mastered  # written by the subprocess to $ATTN_COURSE_HOME
+
+
+def test_a_bug_is_named_without_showing_hidden_tests(tmp_path):
+    nb = student_notebook(LESSON, {"attention": [("/ np.sqrt(d_k)", "/ d_k")]})
+    done = check(save(tmp_path, nb), "--no-record")
+    assert done.returncode == 1
+    assert "✗ attention: scores scaled by d_k instead of sqrt(d_k)" in done.stdout
+    assert "(Read: 02-softmax-masking, 'Scaled dot-product attention'.)" in done.stdout
+    assert "✓ softmax" in done.stdout
+    assert "HIDDEN" not in done.stdout and "check(" not in done.stdout
+
+
+def test_an_infinite_loop_cannot_hang_the_check_and_json_says_what_failed(tmp_path):
+    nb = student_notebook(LESSON, {})
+    edit_cell(nb, "causal_mask", "def causal_mask(T):\n    while True:\n        pass\n")
+    started = time.monotonic()
+    done = check(save(tmp_path, nb), "--json", "--timeout", "2", "--no-record")
+    assert time.monotonic() - started < 90
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    verdicts = {e["name"]: e for e in report["exercises"]}
+    assert not verdicts["causal_mask"]["passed"]
+    assert "longer than 2 s" in verdicts["causal_mask"]["message"]
+    assert verdicts["softmax"]["passed"] and verdicts["attention"]["passed"]
+
+
+def test_a_blank_release_fails_and_a_corrupted_file_is_a_clear_error(tmp_path):
+    done = check(save(tmp_path, student_notebook(LESSON, "release")), "--no-record")
+    assert done.returncode == 1
+    assert "✗ softmax: raised NotImplementedError" in done.stdout
+    broken = tmp_path / "broken" / LESSON / f"{LESSON}.ipynb"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{ not a notebook")
+    done = check(broken)
+    assert done.returncode == 2 and "is not a readable notebook" in done.stderr
