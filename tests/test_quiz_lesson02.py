@@ -71,7 +71,7 @@ def test_q1_accepts_the_shapes_in_any_container(answer):
         ((5, 7), (5, 7), (5, 32), (5, 32)),  # too many
         ({5, 7}, {5, 7}, {5, 32}),  # sets have no order
         ((True, 7), (5, 7), (5, 32)),  # a bool is no dimension
-        ((5.0, 7.0), (5.0, 7.0), (5.0, 32.0)),  # floats are no dimensions
+        ((5.5, 7), (5, 7), (5, 32)),  # a fraction is no dimension
         "((5, 7), (5, 7), (5, 32))",
         {"S": (5, 7), "A": (5, 7)},
     ],

@@ -56,10 +56,10 @@ def test_q1_right_forms(answer):
         (2, 4, 4),  # encoder self-attention's shape
         (3, 4),  # batch axis forgotten
         (2, 3, 8),  # the output's shape, not the scores'
-        (2.0, 3.0, 4.0),
+        (2.5, 3, 4),
         (True, 3, 4),
         np.array([[2, 3, 4]]),
-        "(2, 3, 4)",
+        "(2, 4, 3)",
         *GARBAGE,
     ],
     ids=repr,

@@ -47,7 +47,7 @@ WRONG = {
         "3 parsecs",
     ],
     "q2": [2, 8, 16, 1, 3, "2x", "x2", "8", "twice", 4.1],
-    "q3": ["a", "c", "d", "C", "e", "bb", "b c", ["b"]],
+    "q3": ["a", "c", "d", "C", "e", "bb", "b c", ["b", "c"]],
     "q4": [
         2.0,  # the textbook exponent, not the fit
         1.60,  # only the first and last point

@@ -8,13 +8,12 @@ length, one weight of the lesson's worked example, and the limit of a cold softm
 from __future__ import annotations
 
 import math
-import numbers
-import re
 
 import numpy as np
 
 from .. import numpy as an
 from . import Question
+from .answers import as_number, as_shape
 
 LESSON = "01-scoring"
 
@@ -24,49 +23,6 @@ def _topic(section: str) -> str:
 
 
 # ---------------------------------------------------------------- reading answers
-
-
-def _as_int(x: object) -> int | None:
-    """An integer from an int, a numpy integer or an integral float; None otherwise."""
-    if isinstance(x, bool | np.bool_):
-        return None
-    if isinstance(x, numbers.Integral):
-        return int(x)
-    if isinstance(x, numbers.Real) and math.isfinite(float(x)) and float(x).is_integer():
-        return int(x)
-    return None
-
-
-def _as_shape(answer: object) -> tuple[int, ...] | None:
-    """A shape from a tuple, list, array or torch.Size of integers, or a string like "(5, 7)"."""
-    if isinstance(answer, str):
-        if not re.fullmatch(r"[\s\d,x×*()\[\]]+", answer):
-            return None
-        return tuple(int(n) for n in re.findall(r"\d+", answer))
-    if isinstance(answer, np.ndarray):
-        if answer.ndim != 1:
-            return None
-        answer = answer.tolist()
-    if not isinstance(answer, tuple | list):  # torch.Size is a tuple
-        return None
-    dims = tuple(_as_int(n) for n in answer)
-    return None if any(d is None for d in dims) else dims
-
-
-def _as_number(answer: object) -> float | None:
-    """A finite float from a real number, a numpy scalar or a one-element array or tensor."""
-    if isinstance(answer, bool | np.bool_ | str | bytes):
-        return None
-    if isinstance(answer, numbers.Real):
-        value = float(answer)
-    elif hasattr(answer, "shape") and hasattr(answer, "dtype"):
-        array = np.asarray(answer.detach().cpu() if hasattr(answer, "detach") else answer)
-        if array.size != 1 or array.dtype.kind not in "iuf":
-            return None
-        value = float(array.reshape(()))
-    else:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _choices(answer: object, options: dict[str, tuple[str, ...]]) -> set[str] | None:
@@ -100,7 +56,7 @@ Q1_Q, Q1_K = (5, 16), (7, 16)
 
 def _q1(answer: object) -> bool:
     expected = an.dot_scores(np.zeros(Q1_Q), np.zeros(Q1_K)).shape  # (m, n)
-    return _as_shape(answer) == expected
+    return as_shape(answer) == expected
 
 
 # ---------------------------------------------------------------- q2: the variance of q · k
@@ -113,7 +69,7 @@ def _q2(answer: object) -> bool:
     # E[q_t²] E[k_t²] = 1 · 1, and the variances of independent terms add up.
     var_q = var_k = 1.0
     expected = sum(var_q * var_k for _ in range(Q2_D_K))
-    value = _as_number(answer)
+    value = as_number(answer)
     return value is not None and math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-9)
 
 
@@ -155,7 +111,7 @@ Q4_KEY = 2  # counted from 1, as in the lesson: k₂ = [0, 1]
 def _q4(answer: object) -> bool:
     scores = an.dot_scores(np.array([Q4_Q]), np.array(Q4_KEYS))  # (1, 3), unscaled
     expected = float(an.softmax(scores)[0, Q4_KEY - 1])  # 1 / (2e + 1)
-    value = _as_number(answer)
+    value = as_number(answer)
     return value is not None and abs(value - expected) <= 1e-6
 
 

@@ -9,15 +9,13 @@ the checkers never raise (and :meth:`Question.accepts` would catch it if they di
 
 from __future__ import annotations
 
-import math
-import numbers
-import re
 from collections.abc import Mapping
 
 import numpy as np
 
 from .. import numpy as an
 from . import Question
+from .answers import as_int, as_letter, as_number, as_shape, items
 
 LESSON = "02-softmax-masking"
 
@@ -28,57 +26,6 @@ LESSON = "02-softmax-masking"
 def _topic(section: str) -> str:
     """Where to reread, written like the checks' ``read=`` strings."""
     return f"{LESSON}, '{section}'"
-
-
-def _is_int(value: object) -> bool:
-    """A Python or NumPy integer, but not a bool (True == 1 is no index or axis)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
-
-
-def _number(value: object) -> float | None:
-    """A finite float from a real number, a NumPy scalar or a one-element array; else None."""
-    if isinstance(value, bool | np.bool_ | str | bytes):
-        return None
-    if isinstance(value, np.ndarray):
-        if value.size != 1 or value.dtype.kind not in "iuf":
-            return None
-        value = value.reshape(()).item()
-    if not isinstance(value, numbers.Real):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def _items(value: object) -> list | None:
-    """The elements of a list, tuple, set or 1-D array; ``None`` for anything else."""
-    if isinstance(value, np.ndarray):
-        return value.tolist() if value.ndim == 1 else None
-    if isinstance(value, list | tuple | set | frozenset):
-        return list(value)
-    return None
-
-
-def _shape(value: object) -> tuple[int, ...] | None:
-    """``(5, 7)`` from ``(5, 7)``, ``[5, 7]``, ``np.array([5, 7])`` or ``"5x7"``; else None."""
-    if isinstance(value, str):
-        if not re.fullmatch(r"[\s\d,x×*()\[\]]+", value):
-            return None
-        return tuple(int(n) for n in re.findall(r"\d+", value))
-    if isinstance(value, set | frozenset):
-        return None  # a set has no order, so it cannot be a shape
-    items = _items(value)
-    if items is None or not all(_is_int(i) for i in items):
-        return None
-    return tuple(int(i) for i in items)
-
-
-def _letter(value: object) -> str | None:
-    """``"b"`` from ``"b"``, ``"B"``, ``" (b) "``, ``"b)"`` or ``["b"]``; else None."""
-    if isinstance(value, list | tuple | set | frozenset) and len(value) == 1:
-        (value,) = value
-    if not isinstance(value, str):
-        return None
-    return value.strip().lower().strip("().:] ").strip()
 
 
 # --- q1: the shapes of S, A and O ---------------------------------------------------------------
@@ -101,7 +48,7 @@ def _q1(answer: object) -> bool:
         answer = [by_name["S"], by_name["A"], by_name["O"]]
     if not isinstance(answer, list | tuple) or len(answer) != 3:
         return False
-    return tuple(_shape(a) for a in answer) == _q1_expected()
+    return tuple(as_shape(a) for a in answer) == _q1_expected()
 
 
 # --- q2: the keys query 2 may see under the causal mask of length 4 -----------------------------
@@ -109,14 +56,14 @@ def _q1(answer: object) -> bool:
 
 def _q2(answer: object) -> bool:
     row = an.causal_mask(4)[2]  # (4,) what query 2 may attend to
-    items = _items(answer)
-    if not items:
+    elements = items(answer)
+    if not elements:
         return False
-    if all(isinstance(i, bool | np.bool_) for i in items):  # the mask row itself
-        return len(items) == len(row) and [bool(i) for i in items] == row.tolist()
-    if not all(_is_int(i) for i in items):
+    if all(isinstance(i, bool | np.bool_) for i in elements):  # the mask row itself
+        return len(elements) == len(row) and [bool(i) for i in elements] == row.tolist()
+    if not all((as_int(i) is not None and not isinstance(i, float)) for i in elements):
         return False
-    return {int(i) for i in items} == {int(j) for j in np.flatnonzero(row)}
+    return {int(i) for i in elements} == {int(j) for j in np.flatnonzero(row)}
 
 
 # --- q3 and q4: the softmax axis of cross-attention scores (B, h, 6, 10) ------------------------
@@ -125,7 +72,7 @@ Q3_SCORES_SHAPE = (2, 3, 6, 10)  # (B, h, L_tgt, L_src)
 
 
 def _q3(answer: object) -> bool:
-    axis = _number(answer)
+    axis = as_number(answer)
     if axis is None or not axis.is_integer():
         return False
     weights = an.masked_softmax(np.zeros(Q3_SCORES_SHAPE))  # (B, h, 6, 10)
@@ -164,7 +111,7 @@ def _q4_expected() -> str:
 
 
 def _q4(answer: object) -> bool:
-    return _letter(answer) == _q4_expected()
+    return as_letter(answer, "".join(Q4_OPTIONS)) == _q4_expected()
 
 
 # --- q5: a fully masked row -----------------------------------------------------------------------
@@ -173,10 +120,10 @@ def _q4(answer: object) -> bool:
 def _q5(answer: object) -> bool:
     scores = np.array([[0.5, -1.0, 2.0, 0.0]])  # (1, 4) one query, four keys
     expected = an.masked_softmax(scores, np.zeros((1, 4), dtype=bool))[0]  # (4,)
-    items = _items(answer)
-    if items is None or len(items) != len(expected):
+    elements = items(answer)
+    if elements is None or len(elements) != len(expected):
         return False
-    got = [_number(i) for i in items]
+    got = [as_number(i) for i in elements]
     if any(g is None for g in got):  # NaN, inf, bools and strings are no weights
         return False
     return bool(np.allclose(got, expected, rtol=0, atol=1e-9))
@@ -188,7 +135,7 @@ Q6_ROW = np.array([1.0, 1.0, 1.0, 5.0])  # scaled scores of query 2, keys 0..3
 
 
 def _q6(answer: object) -> bool:
-    value = _number(answer)
+    value = as_number(answer)
     if value is None:
         return False
     weights = an.masked_softmax(Q6_ROW, an.causal_mask(4)[2])  # (4,)

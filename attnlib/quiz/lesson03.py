@@ -8,12 +8,11 @@ accepts the reasonable forms of it (a tuple, list or ``torch.Size`` for a shape;
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .. import numpy as ref
 from . import Question
+from .answers import as_bool, as_letter, as_number, as_shape
 
 LESSON = "03-self-cross"
 
@@ -57,53 +56,6 @@ HARD_REASONS = (
         False,
     ),
 )
-
-
-def _shape(answer: object) -> tuple[int, ...] | None:
-    """A shape given as a tuple, list, ``torch.Size`` or 1-D integer array; else None."""
-    if isinstance(answer, np.ndarray):
-        if answer.ndim != 1 or answer.dtype.kind not in "iu":
-            return None
-        answer = answer.tolist()
-    if not isinstance(answer, tuple | list):
-        return None
-    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool | np.bool_)
-               for n in answer):  # fmt: skip
-        return None
-    return tuple(int(n) for n in answer)
-
-
-def _letter(answer: object, options) -> str | None:
-    """``"b"`` from "b", "B", " (b) " or "b)"; None unless it names one of ``options``."""
-    if not isinstance(answer, str):
-        return None
-    letter = answer.strip().strip("().").strip().lower()
-    return letter if letter in options else None
-
-
-def _yes_no(answer: object) -> bool | None:
-    """True or False from a bool or from "yes"/"no"/"true"/"false"; else None."""
-    if isinstance(answer, bool | np.bool_):
-        return bool(answer)
-    if isinstance(answer, str):
-        word = answer.strip().strip(".!").lower()
-        if word in ("yes", "y", "true"):
-            return True
-        if word in ("no", "n", "false"):
-            return False
-    return None
-
-
-def _number(answer: object) -> float | None:
-    """A real number from a Python, NumPy or torch scalar or a one-element array; else None."""
-    if isinstance(answer, str | bytes | bool | np.bool_) or answer is None:
-        return None
-    if isinstance(answer, numbers.Real):
-        return float(answer)
-    array = np.asarray(answer)
-    if array.size != 1 or array.dtype.kind not in "iuf":
-        return None
-    return float(array.reshape(()))
 
 
 def cross_score_shape() -> tuple[int, ...]:
@@ -173,7 +125,7 @@ QUESTIONS = (
             "of the score matrix S of the decoder's cross-attention? (a tuple)"
         ),
         topic="Cross-attention: the decoder reads the encoder",
-        check=lambda answer: _shape(answer) == cross_score_shape(),
+        check=lambda answer: as_shape(answer) == cross_score_shape(),
     ),
     Question(
         key="q2",
@@ -183,7 +135,7 @@ QUESTIONS = (
             + ". (a letter)"
         ),
         topic="Cross-attention: the decoder reads the encoder",
-        check=lambda answer: _letter(answer, CROSS_SOURCES) == cross_sources_option(),
+        check=lambda answer: as_letter(answer, CROSS_SOURCES) == cross_sources_option(),
     ),
     Question(
         key="q3",
@@ -194,7 +146,7 @@ QUESTIONS = (
         ),
         topic="Permutation equivariance",
         check=lambda answer: (
-            _yes_no(answer) is not None and _yes_no(answer) == self_attention_is_equivariant()
+            as_bool(answer) is not None and as_bool(answer) == self_attention_is_equivariant()
         ),
     ),
     Question(
@@ -206,7 +158,7 @@ QUESTIONS = (
         ),
         topic="Hard versus soft attention",
         check=lambda answer: (
-            _letter(answer, [o for o, _, _ in HARD_REASONS]) == hard_reason_option()
+            as_letter(answer, [o for o, _, _ in HARD_REASONS]) == hard_reason_option()
         ),
     ),
     Question(
@@ -217,7 +169,7 @@ QUESTIONS = (
         ),
         topic="Giving attention a sense of order",
         check=lambda answer: (
-            (value := _number(answer)) is not None and abs(value - pe_value()) <= 1e-6
+            (value := as_number(answer)) is not None and abs(value - pe_value()) <= 1e-6
         ),
     ),
 )

@@ -8,13 +8,12 @@ head's scores are scaled by, and what a reshape without a transpose does to the 
 from __future__ import annotations
 
 import math
-import numbers
-import re
 
 import numpy as np
 
 from .. import numpy as an
 from . import Question
+from .answers import as_letter, as_number, as_shape
 
 LESSON = "04-multi-head"
 
@@ -24,62 +23,6 @@ def _topic(section: str) -> str:
 
 
 # ---------------------------------------------------------------- reading answers
-
-
-def _as_int(x: object) -> int | None:
-    """An integer from an int, a numpy integer or an integral float; None otherwise."""
-    if isinstance(x, bool | np.bool_):
-        return None
-    if isinstance(x, numbers.Integral):
-        return int(x)
-    if isinstance(x, numbers.Real) and math.isfinite(float(x)) and float(x).is_integer():
-        return int(x)
-    return None
-
-
-def _as_number(answer: object) -> float | None:
-    """A finite float from a number, a one-element array or tensor, or a string like "1,048,576"."""
-    if isinstance(answer, bool | np.bool_ | bytes):
-        return None
-    if isinstance(answer, str):
-        text = re.sub(r"[\s,_]", "", answer)
-        if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
-            return None
-        value = float(text)
-    elif isinstance(answer, numbers.Real):
-        value = float(answer)
-    elif hasattr(answer, "shape") and hasattr(answer, "dtype"):
-        array = np.asarray(answer.detach().cpu() if hasattr(answer, "detach") else answer)
-        if array.size != 1 or array.dtype.kind not in "iuf":
-            return None
-        value = float(array.reshape(()))
-    else:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _as_shape(answer: object) -> tuple[int, ...] | None:
-    """A shape from a tuple, list, 1-D array or torch.Size of integers, or "(2, 8, 10, 64)"."""
-    if isinstance(answer, str):
-        if not re.fullmatch(r"[\s\d,x×*()\[\]]+", answer):
-            return None
-        return tuple(int(n) for n in re.findall(r"\d+", answer))
-    if isinstance(answer, np.ndarray):
-        if answer.ndim != 1:
-            return None
-        answer = answer.tolist()
-    if not isinstance(answer, tuple | list):  # torch.Size is a tuple
-        return None
-    dims = tuple(_as_int(n) for n in answer)
-    return None if any(d is None for d in dims) else dims
-
-
-def _choice(answer: object, letters: str) -> str | None:
-    """The option letter an answer names: "c", "C", "(c)", "c)", " c. "; None otherwise."""
-    if not isinstance(answer, str):
-        return None
-    text = answer.strip().lower().strip("().:] ").strip()
-    return text if len(text) == 1 and text in letters else None
 
 
 # ---------------------------------------------------------------- q1: parameters of the layer
@@ -94,7 +37,7 @@ def _q1(answer: object) -> bool:
     width = Q1_HEADS * d_head
     shapes = [(Q1_D_MODEL, width)] * 3 + [(width, Q1_D_MODEL)]
     expected = sum(math.prod(s) for s in shapes)
-    value = _as_number(answer)
+    value = as_number(answer, text=True)
     return value is not None and value == expected
 
 
@@ -105,7 +48,7 @@ Q2_SHAPE, Q2_HEADS = (2, 10, 512), 8
 
 def _q2(answer: object) -> bool:
     expected = an.split_heads(np.zeros(Q2_SHAPE), Q2_HEADS).shape  # (B, h, T, d_head)
-    return _as_shape(answer) == expected
+    return as_shape(answer) == expected
 
 
 # ---------------------------------------------------------------- q3: what a head scales by
@@ -116,7 +59,7 @@ Q3_D_MODEL, Q3_HEADS = 512, 8
 def _q3(answer: object) -> bool:
     # Each head's scores are dot products of d_head-long vectors: divide by sqrt(d_head).
     expected = Q3_D_MODEL // Q3_HEADS
-    value = _as_number(answer)
+    value = as_number(answer, text=True)
     return value is not None and math.isclose(value, expected, rel_tol=1e-9)
 
 
@@ -147,7 +90,7 @@ def _q4(answer: object) -> bool:
         expected = "c"
     else:
         expected = "d"
-    return _choice(answer, "".join(Q4_OPTIONS)) == expected
+    return as_letter(answer, "".join(Q4_OPTIONS)) == expected
 
 
 QUESTIONS = (

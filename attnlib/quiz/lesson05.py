@@ -8,13 +8,13 @@ online softmax does when a block raises the maximum, and the exponent fitted to 
 from __future__ import annotations
 
 import math
-import numbers
 import re
 
 import numpy as np
 
 from .. import numpy as an
 from . import Question
+from .answers import NUMBER, as_letter, as_number
 
 LESSON = "05-complexity"
 
@@ -24,32 +24,6 @@ def _topic(section: str) -> str:
 
 
 # ---------------------------------------------------------------- reading answers
-
-_NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-
-
-def _as_number(answer: object) -> float | None:
-    """A finite float from a real number or a one-element array or tensor (not a string)."""
-    if isinstance(answer, bool | np.bool_ | str | bytes):
-        return None
-    if isinstance(answer, numbers.Real):
-        value = float(answer)
-    elif hasattr(answer, "shape") and hasattr(answer, "dtype"):
-        array = np.asarray(answer.detach().cpu() if hasattr(answer, "detach") else answer)
-        if array.size != 1 or array.dtype.kind not in "iuf":
-            return None
-        value = float(array.reshape(()))
-    else:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _as_plain_number(answer: object) -> float | None:
-    """Like :func:`_as_number`, but also reads a string holding just a number ("1,024")."""
-    if isinstance(answer, str):
-        text = re.sub(r"[\s,_]", "", answer)
-        return float(text) if re.fullmatch(_NUMBER, text) else None
-    return _as_number(answer)
 
 
 _UNITS = {
@@ -62,23 +36,15 @@ _UNITS = {
 def _as_bytes(answer: object) -> list[float]:
     """The byte counts an answer may mean: a number of bytes (or of GiB), or "3 GiB"-like text."""
     if isinstance(answer, str):
-        match = re.fullmatch(rf"\s*({_NUMBER})\s*([a-zA-Z]*)\s*", answer.replace(",", ""))
+        match = re.fullmatch(rf"\s*({NUMBER})\s*([a-zA-Z]*)\s*", answer.replace(",", ""))
         if not match:
             return []
         value, unit = float(match.group(1)), match.group(2).lower()
         if unit in _UNITS:
             return [value * _UNITS[unit]]
         return [value, value * 2**30] if not unit else []
-    value = _as_number(answer)
+    value = as_number(answer)
     return [] if value is None else [value, value * 2**30]
-
-
-def _choice(answer: object, letters: str) -> str | None:
-    """The option letter an answer names: "b", "B", "(b)", "b)", " b. "; None otherwise."""
-    if not isinstance(answer, str):
-        return None
-    text = answer.strip().lower().strip("().:] ").strip()
-    return text if len(text) == 1 and text in letters else None
 
 
 # ---------------------------------------------------------------- q1: bytes of the scores
@@ -106,11 +72,11 @@ def _q2(answer: object) -> bool:
         text = answer.strip().lower().replace("×", "x").replace("times", "x").replace(" ", "")
         text = text.strip("x*")
         text = {"four": "4"}.get(text, text)
-        if not re.fullmatch(_NUMBER, text):
+        if not re.fullmatch(NUMBER, text):
             return False
         value = float(text)
     else:
-        value = _as_number(answer)
+        value = as_number(answer)
     return value is not None and math.isclose(value, expected, rel_tol=1e-9)
 
 
@@ -135,7 +101,7 @@ def _q3(answer: object) -> bool:
     p = np.exp(scores[2:] - new)
     rescaled = (acc * np.exp(old - new) + p @ values[2:]) / (total * np.exp(old - new) + p.sum())
     expected = "b" if math.isclose(rescaled, exact) else "c"
-    return _choice(answer, "".join(Q3_OPTIONS)) == expected
+    return as_letter(answer, "".join(Q3_OPTIONS)) == expected
 
 
 # ---------------------------------------------------------------- q4: fit an exponent
@@ -146,7 +112,7 @@ Q4_TIMES = (0.002, 0.0035, 0.011, 0.041, 0.17)  # seconds
 
 def _q4(answer: object) -> bool:
     expected = an.fit_exponent(Q4_NS, Q4_TIMES)
-    value = _as_plain_number(answer)
+    value = as_number(answer, text=True)
     return value is not None and abs(value - expected) <= 0.01  # two decimals are enough
 
 
