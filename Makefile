@@ -31,7 +31,7 @@ PYTEST_ARGS ?=
 # Lessons are the folders of solutions/ (nbgrader source); `make release` writes lessons/.
 LESSON_IDS = $(patsubst solutions/%/,%,$(wildcard solutions/*/))
 
-.PHONY: help lab test lint format release bench clean distclean
+.PHONY: help lab test lint format release bench hub clean distclean
 
 help: ## List the targets
 	@echo "Usage: make TARGET   (first use creates $(VENV)/ and installs the project into it)"
@@ -86,6 +86,11 @@ bench: $(STAMP) ## Run the benchmarks (python -m benchmarks)
 		echo "error: there are no benchmarks yet (benchmarks/__main__.py does not exist)." >&2; \
 		exit 1; \
 	fi
+
+# One instructor and three students log in with a shared password; deploy/demo.py installs the
+# proxy (npm) on first use and explains the rest. docs/instructors.md covers a real class.
+hub: $(STAMP) ## Start a local JupyterHub demo of the course on 127.0.0.1 (HUB_PORT=8000)
+	cd $(ROOT) && exec $(PY) deploy/demo.py --port $${HUB_PORT:-8000}
 
 clean: ## Remove caches and build leftovers (keeps .venv/ and gradebook.db)
 	rm -rf .pytest_cache .ruff_cache .hypothesis build dist *.egg-info test-artifacts

@@ -1,0 +1,27 @@
+"""nbgrader settings shared by every user of the course's hub (students and instructors).
+
+nbgrader's documentation puts this file in /etc/jupyter/nbgrader_config.py; here the hub puts
+this directory on each server's JUPYTER_CONFIG_PATH (deploy/jupyterhub_config.py), and the
+Kubernetes image copies it to /etc/jupyter (deploy/z2jh/Dockerfile). The hub sets the variables.
+"""
+
+import os
+
+c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
+
+c.CourseDirectory.course_id = "attention"
+c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE_ROOT", "/srv/nbgrader/exchange")
+
+if os.environ.get("ATTN_ROLE") == "instructor":
+    if os.environ.get("ATTN_COURSE_DIR"):
+        c.CourseDirectory.root = os.environ["ATTN_COURSE_DIR"]
+elif os.environ.get("ATTN_STUDENT_ID"):
+    # Servers that share one OS account (the demo's SimpleLocalProcessSpawner) submit under the
+    # hub user's name. With one account per user, or as `jovyan` on Kubernetes (nbgrader then
+    # reads JUPYTERHUB_USER itself), this is not needed.
+    c.CourseDirectory.student_id = os.environ["ATTN_STUDENT_ID"]
+
+# nbgrader collect warns when a submission's files are not owned by an account of the same name;
+# that cannot hold when every server runs as one account (the demo, or `jovyan` on Kubernetes).
+if os.environ.get("ATTN_CHECK_OWNER") == "0":
+    c.ExchangeCollect.check_owner = False
