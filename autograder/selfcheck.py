@@ -75,7 +75,8 @@ class Report:
         if self.mastery:
             m = self.mastery
             verdict = "mastered" if m["mastered"] else "not yet mastered"
-            out += ["", f"Mastery: {m['score']:g}/{m['total']:g}, {verdict} (recorded)."]
+            kept = "recorded" if m.get("recorded") else "not recorded"
+            out += ["", f"Mastery: {m['score']:g}/{m['total']:g}, {verdict} ({kept})."]
         done = sum(x.passed for x in exercises)
         out += [
             "",

@@ -35,7 +35,7 @@ def test_a_finished_notebook_passes_and_mastery_is_recorded(tmp_path):
 
     done = check(save(tmp_path, student_notebook(LESSON, {})))
     assert done.returncode == 0, done.stdout + done.stderr
-    for line in ("✓ softmax", "✓ attention", "✓ q1", "mastered"):
+    for line in ("✓ softmax", "✓ attention", "✓ q1", "mastered (recorded)."):
         assert line in done.stdout
     assert mastery.best(LESSON).mastered  # written by the subprocess to $ATTN_COURSE_HOME
 
@@ -48,6 +48,7 @@ def test_a_bug_is_named_without_showing_hidden_tests(tmp_path):
     assert "(Read: 02-softmax-masking, 'Scaled dot-product attention'.)" in done.stdout
     assert "✓ softmax" in done.stdout
     assert "HIDDEN" not in done.stdout and "check(" not in done.stdout
+    assert "(not recorded)." in done.stdout  # --no-record is honoured and said so
 
 
 def test_an_infinite_loop_cannot_hang_the_check_and_json_says_what_failed(tmp_path):
