@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 from browser import LAUNCH_ARGS, ensure_chromium
-from test_lab import _free_port, _get, _stop
+from servers import free_port, make_env, make_lab
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts" / "browser"
@@ -105,44 +105,20 @@ def _lab_settings(settings_dir: Path) -> None:
 @pytest.fixture
 def lab(course, tmp_path):
     """`make lab` serving the scratch course; yields (base_url, token, log_path)."""
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     settings = tmp_path / "lab-settings"
     _lab_settings(settings)
-    env = {k: v for k, v in os.environ.items() if k not in ("HOST", "MAKEFLAGS", "MAKELEVEL")}
-    env.update(
+    env = make_env(
         JUPYTER_TOKEN=token,
         JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
         JUPYTERLAB_SETTINGS_DIR=str(settings),
         JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
     )
     log_path = tmp_path / "make-lab.log"
-    with open(log_path, "wb") as log:
-        # The repository's Makefile and venv; ROOT (a make variable) points at the scratch copy.
-        proc = subprocess.Popen(
-            ["make", "-C", str(REPO), "lab", f"PORT={port}", f"ROOT={course}"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"`make lab` exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if _get(f"{base}/api/status?token={token}")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"no answer in {STARTUP_SECONDS} s:\n{log_path.read_text()}")
-            time.sleep(0.5)
+    # The repository's Makefile and venv; ROOT (a make variable) points at the scratch copy.
+    args = ["-C", str(REPO), "lab", f"PORT={port}", f"ROOT={course}"]
+    with make_lab(args, env, port, token, log_path, STARTUP_SECONDS) as (base, _):
         yield base, token, log_path
-    finally:
-        _stop(proc)
 
 
 class Console:

@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from servers import free_port, stop_group
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -40,12 +40,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 
 # --- plumbing ------------------------------------------------------------------------------------
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ensure_proxy():
@@ -116,7 +110,7 @@ def _alive(pid):
 class Hub:
     def __init__(self, root):
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.token = secrets.token_hex(32)
         self.homes = root / "home"
         self.exchange = root / "exchange"
@@ -132,8 +126,8 @@ class Hub:
             "ATTN_HUB_HOMES": str(self.homes),
             "NBGRADER_EXCHANGE_ROOT": str(self.exchange),
             "ATTN_HUB_PORT": str(self.port),
-            "ATTN_HUB_HUB_PORT": str(_free_port()),
-            "ATTN_HUB_PROXY_API_PORT": str(_free_port()),
+            "ATTN_HUB_HUB_PORT": str(free_port()),
+            "ATTN_HUB_PROXY_API_PORT": str(free_port()),
             "ATTN_HUB_SERVICE_TOKEN": self.token,
             "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
         }
@@ -208,17 +202,7 @@ class Hub:
                     )
                 except (AssertionError, OSError):
                     pass
-        for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            if self.proc.poll() is not None:
-                break
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc, term_grace=30)
         # Anything left (a server in a session of its own) is ours to end, by pid.
         deadline = time.monotonic() + 15
         while (left := [p for p in self.pids if _alive(p)]) and time.monotonic() < deadline:
