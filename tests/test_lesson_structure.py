@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from attnlib import checks, quiz
@@ -121,3 +122,36 @@ def test_mastery_check_is_graded_and_recorded(lesson):
         assert "### BEGIN HIDDEN TESTS" in test[0].source
     last_code = [c for c in all_cells if c.cell_type == "code"][-1]
     assert f'grade("{lesson}"' in last_code.source
+
+
+# Answers no question accepts; a checker must say False to each, never raise. (True is a right
+# answer to a yes/no question, so the lessons' own tests reject it where it is wrong.)
+GARBAGE = [
+    None, "", "banana", b"b", 3.5, float("nan"), float("inf"), object(), Ellipsis,
+    "x", "GiB", {}, [], (), {"a": 1}, np.array([]), np.array(np.nan), np.array([1.0, 2.0]),
+    lambda: 1,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("lesson", [lesson_param(lesson) for lesson in checks.LESSONS])
+def test_quiz_questions_are_well_formed(lesson):
+    questions = quiz.questions(lesson)
+    assert 3 <= len(questions) <= 6, f"{lesson} needs three to six mastery questions"
+    assert [q.key for q in questions] == [f"q{i}" for i in range(1, len(questions) + 1)]
+    assert all(q.prompt and q.points > 0 for q in questions)
+
+
+@pytest.mark.parametrize("lesson", PARAMS)
+def test_quiz_topics_name_sections_of_their_lesson(lesson):
+    have = headings(lesson)
+    for q in quiz.questions(lesson):
+        found = re.fullmatch(rf"{re.escape(lesson)}, '(.+)'", q.topic)
+        assert found, f"{lesson} {q.key}: topic {q.topic!r} is not \"{lesson}, 'Section'\""
+        assert any(found.group(1) in h for h in have), f"{lesson} {q.key}: no such heading"
+
+
+@pytest.mark.parametrize("lesson", [lesson_param(lesson) for lesson in checks.LESSONS])
+def test_quiz_checkers_reject_garbage_without_raising(lesson):
+    for q in quiz.questions(lesson):
+        for answer in GARBAGE:
+            assert q.check(answer) is False, f"{lesson} {q.key} accepts {answer!r}"

@@ -6,11 +6,8 @@ trick on a fully masked row, masking the diagonal) fail; garbage fails without r
 """
 
 import math
-import re
 from fractions import Fraction
-from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 
@@ -20,25 +17,10 @@ from attnlib.quiz import lesson02
 pytestmark = pytest.mark.lesson02
 
 LESSON = "02-softmax-masking"
-GARBAGE = [None, "", "abc", 3.5, float("nan"), object(), [], {}, np.array(np.nan), Ellipsis]
 
 
 def q(key):
     return quiz.question(LESSON, key)
-
-
-def test_three_to_six_questions_with_unique_keys_and_topics():
-    questions = quiz.questions(LESSON)
-    assert 3 <= len(questions) <= 6
-    assert [x.key for x in questions] == [f"q{i}" for i in range(1, len(questions) + 1)]
-    assert all(x.topic and x.prompt for x in questions)
-
-
-@pytest.mark.parametrize("key", ["q1", "q2", "q3", "q4", "q5", "q6"])
-@pytest.mark.parametrize("garbage", GARBAGE, ids=repr)
-def test_garbage_is_wrong_and_never_raises(key, garbage):
-    assert not q(key).check(garbage)  # the checker itself must not raise
-    assert not q(key).accepts(garbage)
 
 
 # --- q1: shapes of S, A, O -----------------------------------------------------------------------
@@ -224,15 +206,3 @@ def test_grade_scores_right_and_wrong_answers(monkeypatch, tmp_path, capsys):
     assert attempt.score == 4 and not attempt.mastered
     assert any("Which axis? Keys, not queries" in topic for topic in attempt.missed)
     assert "revisit" in capsys.readouterr().out
-
-
-def test_every_topic_names_a_heading_of_the_lesson():
-    root = Path(__file__).resolve().parents[1] / "solutions" / LESSON
-    headings = set()
-    for path in root.glob("*.ipynb"):
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type == "markdown":
-                headings.update(re.findall(r"^#+\s+(.+)$", cell.source, re.M))
-    for question in quiz.questions(LESSON):
-        section = re.search(r"'(.+)'", question.topic).group(1)
-        assert any(section in h for h in headings), f"{question.key}: no heading {section!r}"

@@ -1,9 +1,7 @@
 """Lesson 03's mastery check accepts every form of a right answer and no wrong one."""
 
-import re
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 import torch
@@ -136,24 +134,6 @@ def test_q5_right_forms(answer):
 )
 def test_q5_wrong_answers(answer):
     assert not accepts("q5", answer)
-
-
-def test_garbage_never_raises():
-    for q in quiz.questions(LESSON):
-        for answer in GARBAGE:
-            assert q.accepts(answer) is False
-
-
-def test_every_topic_is_a_heading_of_the_lesson():
-    text = "\n".join(
-        c.source
-        for path in sorted((REPO / "solutions" / LESSON).glob("*.ipynb"))
-        for c in nbformat.read(path, as_version=4).cells
-        if c.cell_type == "markdown"
-    )
-    headings = re.findall(r"^#+\s+(.+)$", text, re.M)
-    for q in quiz.questions(LESSON):
-        assert any(q.topic in h for h in headings), f"{q.key}: no heading contains {q.topic!r}"
 
 
 def test_grade_scores_a_full_and_an_empty_attempt(monkeypatch, tmp_path, capsys):

@@ -16,6 +16,11 @@ from .answers import as_bool, as_letter, as_number, as_shape
 
 LESSON = "03-self-cross"
 
+
+def _topic(section: str) -> str:
+    return f"{LESSON}, '{section}'"
+
+
 # The seeds' translation example: batch, source length, target length, model width.
 B, L_SRC, L_TGT, D_MODEL = 2, 4, 3, 8
 # The positional-encoding question: PE[P, 1] for a width of D_PE.
@@ -124,7 +129,7 @@ QUESTIONS = (
             f"decoder holds L_tgt={L_TGT} target tokens; d_model={D_MODEL}. What is the shape "
             "of the score matrix S of the decoder's cross-attention? (a tuple)"
         ),
-        topic="Cross-attention: the decoder reads the encoder",
+        topic=_topic("Cross-attention: the decoder reads the encoder"),
         check=lambda answer: as_shape(answer) == cross_score_shape(),
     ),
     Question(
@@ -134,7 +139,7 @@ QUESTIONS = (
             + _options((k, _CROSS_TEXT[v]) for k, v in CROSS_SOURCES.items())
             + ". (a letter)"
         ),
-        topic="Cross-attention: the decoder reads the encoder",
+        topic=_topic("Cross-attention: the decoder reads the encoder"),
         check=lambda answer: as_letter(answer, CROSS_SOURCES) == cross_sources_option(),
     ),
     Question(
@@ -144,7 +149,7 @@ QUESTIONS = (
             "i.e. does shuffling the input tokens shuffle the outputs in the same way? "
             "(True or False)"
         ),
-        topic="Permutation equivariance",
+        topic=_topic("Permutation equivariance"),
         check=lambda answer: (
             as_bool(answer) is not None and as_bool(answer) == self_attention_is_equivariant()
         ),
@@ -156,7 +161,7 @@ QUESTIONS = (
             + _options((letter, text) for letter, text, _ in HARD_REASONS)
             + ". (a letter)"
         ),
-        topic="Hard versus soft attention",
+        topic=_topic("Hard versus soft attention"),
         check=lambda answer: (
             as_letter(answer, [o for o, _, _ in HARD_REASONS]) == hard_reason_option()
         ),
@@ -167,7 +172,7 @@ QUESTIONS = (
             f"With d_model={D_PE}, what is PE[{P}, 1], column 1 of the sinusoidal encoding of "
             f"position {P} (positions count from 0)? (a number, within 1e-6)"
         ),
-        topic="Giving attention a sense of order",
+        topic=_topic("Giving attention a sense of order"),
         check=lambda answer: (
             (value := as_number(answer)) is not None and abs(value - pe_value()) <= 1e-6
         ),
