@@ -4,9 +4,12 @@ Random shapes (hypothesis) with batch axes that broadcast, masks with fully mask
 float64 on both sides, so any difference beyond 1e-12 is a real disagreement.
 """
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
+from contract import NAMES, SHARED_EXTRAS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import SEEDS, normal, qkv_shapes, random_mask
@@ -130,3 +133,15 @@ def test_both_backends_word_shape_errors_the_same(numpy_call, torch_call):
     with pytest.raises(ValueError) as from_torch:
         torch_call()
     assert str(from_numpy.value) == str(from_torch.value)
+
+
+def test_both_backends_provide_the_contract_under_the_same_argument_names():
+    for name in (*NAMES, *SHARED_EXTRAS):
+        numpy_args = list(inspect.signature(getattr(an, name)).parameters)
+        torch_args = list(inspect.signature(getattr(at, name)).parameters)
+        if name == "sampled_hard_attention":  # each library's own random source
+            assert (numpy_args[-1], torch_args[-1]) == ("rng", "generator")
+            numpy_args, torch_args = numpy_args[:-1], torch_args[:-1]
+        # torch may add arguments of its own at the end (need_weights, dtype, device)
+        assert torch_args[: len(numpy_args)] == numpy_args, (name, numpy_args, torch_args)
+    assert set(an.__all__) == {*NAMES, *SHARED_EXTRAS}

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from contract import CONTRACT, NAMES
 
 import attnlib.checks as checks
 import attnlib.numpy as an
@@ -276,15 +277,10 @@ def test_classic_mistakes_fail_with_a_sentence_that_names_them(name, fn, expecte
 
 
 def test_every_contract_name_has_checks_and_the_reference_passes_them():
-    contract = [
-        "dot_scores", "scaled_dot_scores", "additive_scores", "cosine_scores", "softmax",
-        "causal_mask", "padding_mask", "masked_softmax", "attention", "self_attention",
-        "cross_attention", "hard_attention", "sinusoidal_encoding", "split_heads",
-        "merge_heads", "multi_head_attention", "attention_flops", "score_matrix_bytes",
-        "chunked_attention", "fit_exponent",
-    ]  # fmt: skip
-    assert sorted(checks.EXERCISES) == sorted(contract)
-    for name in contract:
+    assert sorted(checks.EXERCISES) == sorted(NAMES)
+    for lesson, names in CONTRACT.items():
+        assert [e.name for e in checks.LESSONS[lesson]] == list(names)
+    for name in NAMES:
         assert checks.check(name, getattr(an, name)).passed, name
 
 

@@ -6,42 +6,14 @@ import inspect
 
 import pytest
 import torch
+from contract import NAMES, SHARED_EXTRAS
 
 import attnlib.torch as at
 
 F64 = torch.float64
 
-CONTRACT = [
-    "dot_scores",
-    "scaled_dot_scores",
-    "additive_scores",
-    "cosine_scores",
-    "softmax",
-    "causal_mask",
-    "padding_mask",
-    "masked_softmax",
-    "attention",
-    "self_attention",
-    "cross_attention",
-    "hard_attention",
-    "sinusoidal_encoding",
-    "split_heads",
-    "merge_heads",
-    "multi_head_attention",
-    "attention_flops",
-    "score_matrix_bytes",
-    "chunked_attention",
-    "fit_exponent",
-]
-EXTRAS = [
-    "from_key_padding_mask",
-    "to_key_padding_mask",
-    "from_additive_mask",
-    "to_additive_mask",
-    "sampled_hard_attention",
-    "device",
-    "MultiHeadAttention",
-]
+CONTRACT = list(NAMES)
+EXTRAS = [*SHARED_EXTRAS, "device", "MultiHeadAttention"]
 
 
 def test_every_contract_name_is_exported() -> None:

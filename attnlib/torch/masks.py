@@ -83,23 +83,26 @@ def padding_mask(
     return keep.unsqueeze(-2)  # (B, 1, n)
 
 
-def from_key_padding_mask(kpm: torch.Tensor) -> torch.Tensor:
+def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """Convert a PyTorch ``key_padding_mask`` (True = ignore) into a keep-mask.
 
     Args:
-      kpm: bool ``(B, n)``, True where the key is padding, as ``nn.MultiheadAttention`` takes it.
+      key_padding_mask: bool ``(B, n)``, True where the key is padding, as
+        ``nn.MultiheadAttention`` takes it.
 
     Returns:
       bool ``(B, 1, n)``, True where the key may be attended to.
     """
     _validate.bool_tensor(
         "key_padding_mask",
-        kpm,
+        key_padding_mask,
         "from_key_padding_mask takes a boolean key_padding_mask (True = ignore); for an "
-        "additive 0/-inf float mask use from_additive_mask(kpm)[:, None, :]",
+        "additive 0/-inf float mask use from_additive_mask(mask)[:, None, :]",
     )
-    require_exact_ndim("key_padding_mask", tuple(kpm.shape), 2, "(B, n), True = ignore")
-    return (~kpm).unsqueeze(-2)  # (B, 1, n)
+    require_exact_ndim(
+        "key_padding_mask", tuple(key_padding_mask.shape), 2, "(B, n), True = ignore"
+    )
+    return (~key_padding_mask).unsqueeze(-2)  # (B, 1, n)
 
 
 def to_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -121,7 +124,7 @@ def to_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
     return ~mask.squeeze(-2)  # (B, n)
 
 
-def from_additive_mask(m: torch.Tensor, threshold: float = -1e4) -> torch.Tensor:
+def from_additive_mask(additive: torch.Tensor, threshold: float = -1e4) -> torch.Tensor:
     """Convert an additive float mask (0 = allowed, ``-inf`` = masked) into a keep-mask.
 
     Entries at or below ``threshold`` count as masked, so ``-1e9`` and ``torch.finfo(dtype).min``
@@ -129,30 +132,30 @@ def from_additive_mask(m: torch.Tensor, threshold: float = -1e4) -> torch.Tensor
     bias, not a mask, and raises.
 
     Args:
-      m: floating-point tensor of any shape ``(...)``, each entry 0 or ``<= threshold``.
+      additive: floating-point tensor of any shape ``(...)``, each entry 0 or ``<= threshold``.
       threshold: the largest value that still counts as masked.
 
     Returns:
-      bool tensor of the same shape and device, True where ``m == 0``.
+      bool tensor of the same shape and device, True where ``additive == 0``.
     """
-    _validate.tensor("m", m)
-    if not m.is_floating_point():
+    _validate.tensor("additive", additive)
+    if not additive.is_floating_point():
         hint = (
             " (a boolean mask needs no conversion if True = may attend; if True = ignore, as "
-            "nn.MultiheadAttention's attn_mask, use ~m)"
-            if m.dtype == torch.bool
+            "nn.MultiheadAttention's attn_mask, use ~mask)"
+            if additive.dtype == torch.bool
             else ""
         )
         raise ValueError(
-            f"additive mask {fmt(m.shape)} has dtype {m.dtype}; from_additive_mask takes a "
-            f"float mask of 0 and -inf{hint}"
+            f"additive mask {fmt(additive.shape)} has dtype {additive.dtype}; from_additive_mask "
+            f"takes a float mask of 0 and -inf{hint}"
         )
-    keep = m == 0
-    neither = ~(keep | (m <= threshold))
+    keep = additive == 0
+    neither = ~(keep | (additive <= threshold))
     if bool(neither.any()):
         idx = tuple(int(i) for i in neither.nonzero()[0])
         raise ValueError(
-            f"additive mask {fmt(m.shape)} has {float(m[idx])} at {idx}: neither 0 "
+            f"additive mask {fmt(additive.shape)} has {float(additive[idx])} at {idx}: neither 0 "
             f"(keep) nor <= {threshold} (block); it biases scores and is not a boolean mask"
         )
     return keep
