@@ -6,8 +6,8 @@ import numpy as np
 
 from .. import numpy as ref
 from ._core import Exercise, Mistake, Probe
-from .lesson02 import _masking_mistakes, _weights_invariants
 from .probes import label, normal, rng
+from .weights import masking_mistakes, weights_invariants
 
 LESSON = "03-self-cross"
 
@@ -69,9 +69,9 @@ self_attention = Exercise(
                 lambda X, q, k, v: X @ q.T, lambda X, q, k, v: X @ k.T, lambda X, q, k, v: X @ v.T
             ),  # fmt: skip
         ),
-        *_masking_mistakes(_projected_scores, lambda a, w: (w @ (a[0] @ a[3]), w)),
+        *masking_mistakes(_projected_scores, lambda a, w: (w @ (a[0] @ a[3]), w)),
     ),
-    invariants=_weights_invariants(1),
+    invariants=weights_invariants(1),
 )
 
 
@@ -110,12 +110,12 @@ cross_attention = Exercise(
             "the values come from Y: keys and values both come from the encoder H",
             lambda Y, H, q, k, v, mask=None: ref.attention(Y @ q, H @ k, Y @ v, mask),
         ),
-        *_masking_mistakes(
+        *masking_mistakes(
             lambda Y, H, q, k, v: ref.scaled_dot_scores(Y @ q, H @ k),
             lambda a, w: (w @ (a[1] @ a[4]), w),
         ),
     ),
-    invariants=_weights_invariants(1),
+    invariants=weights_invariants(1),
 )
 
 
@@ -186,7 +186,7 @@ hard_attention = Exercise(
             _hard_variant(lambda s, a: _one_hot_over_queries(np.argmax(s, -2), s.shape)),
         ),
     ),
-    invariants=_weights_invariants(1),
+    invariants=weights_invariants(1),
 )
 
 

@@ -8,8 +8,8 @@ import numpy as np
 
 from .. import numpy as ref
 from ._core import Exercise, Mistake, Probe
-from .lesson02 import _weights_invariants
 from .probes import label, normal
+from .weights import weights_invariants
 
 LESSON = "04-multi-head"
 
@@ -146,7 +146,7 @@ multi_head_attention = Exercise(
             _mha_variant(split=lambda X, h: X.reshape(X.shape[0], h, X.shape[1], -1)),
         ),
     ),
-    invariants=_weights_invariants(1),
+    invariants=weights_invariants(1),
 )
 
 EXERCISES = (split_heads, merge_heads, multi_head_attention)
