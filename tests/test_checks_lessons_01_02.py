@@ -129,6 +129,7 @@ BUGGY = [
         "divides by sqrt(d_k)",
     ),
     ("dot_scores", lambda Q, K: Q @ K.T, "raised ValueError"),
+    ("dot_scores", lambda Q, K: Q @ K.T, "swap only the last two"),
     ("scaled_dot_scores", lambda Q, K: Q @ np.swapaxes(K, -1, -2), "not scaled"),
     (
         "scaled_dot_scores",

@@ -286,7 +286,7 @@ def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) ->
     except CheckFailed:
         raise
     except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
-        return f"raised {type(error).__name__}: {error}{on}", ""
+        return f"raised {type(error).__name__}: {error}{on}{_hint(error, probe)}", ""
     if not _same_inputs(args, probe.args) or kwargs.keys() != probe.kwargs.keys():
         return f"changed its input arrays in place{on}; work on copies instead", ""
     try:
@@ -327,6 +327,17 @@ def _verdict(found: str | tuple[str, str] | None, on: str) -> Verdict | None:
         return None
     message, read = (found, "") if isinstance(found, str) else found
     return f"{message}{on}", read
+
+
+def _hint(error: Exception, probe: Probe) -> str:
+    """A likely cause for an exception, when the probe makes one plain."""
+    batched = any(isinstance(a, np.ndarray) and a.ndim > 2 for a in probe.args)
+    if batched and "matmul" in str(error):
+        return (
+            "; with batch axes, .T reverses every axis: swap only the last two, "
+            "np.swapaxes(K, -1, -2)"
+        )
+    return ""
 
 
 def _same_inputs(after: tuple, before: tuple) -> bool:
