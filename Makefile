@@ -31,7 +31,7 @@ PYTEST_ARGS ?=
 # Lessons are the folders of solutions/ (nbgrader source); `make release` writes lessons/.
 LESSON_IDS = $(patsubst solutions/%/,%,$(wildcard solutions/*/))
 
-.PHONY: help lab test lint format release bench hub clean distclean
+.PHONY: help lab test lint format release bench hub sandbox clean distclean
 
 help: ## List the targets
 	@echo "Usage: make TARGET   (first use creates $(VENV)/ and installs the project into it)"
@@ -53,7 +53,23 @@ $(STAMP): pyproject.toml
 # nbgrader 0.9 ships its JupyterLab extensions prebuilt and pip enables its server extensions on
 # install (see `jupyter labextension list`, `jupyter server extension list`): nothing to enable here.
 # Jupyter starts in the repository root, so the formgrader finds nbgrader_config.py.
-lab: $(STAMP) ## Serve the lessons in JupyterLab (PORT=8888, HOST=127.0.0.1, JUPYTER_TOKEN)
+# attn-grade runs learner code in a bubblewrap sandbox (docs/grading.md). Install it where we can
+# (root with apt-get, as in CI and containers); otherwise say what is missing and go on: the
+# self-check then runs without a sandbox, the sandbox tests are skipped with the reason, and
+# `attn-grade batch` refuses to grade a class until bubblewrap is there.
+sandbox: ## Install bubblewrap, the grader's sandbox, if it is missing and we can
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing bubblewrap (attn-grade's sandbox) with apt-get ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap \
+			>/dev/null || echo "warning: could not install bubblewrap with apt-get" >&2; \
+	else \
+		echo "note: bubblewrap is not installed, so attn-grade cannot isolate submissions here." >&2; \
+		echo "      Install it (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf" >&2; \
+		echo "      install bubblewrap); until then tests that need the sandbox are skipped." >&2; \
+	fi
+
+lab: $(STAMP) sandbox ## Serve the lessons in JupyterLab (PORT=8888, HOST=127.0.0.1, JUPYTER_TOKEN)
 	cd $(ROOT) && exec jupyter lab --no-browser \
 		--ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
 		--ServerApp.root_dir=$(ROOT) --LabApp.default_url=/lab/tree/lessons $(LAB_ROOT_FLAG)
@@ -62,7 +78,7 @@ lint: $(STAMP) ## Check style with ruff (no changes)
 	ruff check .
 	ruff format --check .
 
-test: lint ## Lint, then run the whole test suite (PYTEST_ARGS=... for pytest)
+test: lint sandbox ## Lint, then run the whole test suite (PYTEST_ARGS=... for pytest)
 	pytest $(PYTEST_ARGS)
 
 format: $(STAMP) ## Reformat with ruff and apply ruff's safe fixes
@@ -89,7 +105,7 @@ bench: $(STAMP) ## Run the benchmarks (python -m benchmarks)
 
 # One instructor and three students log in with a shared password; deploy/demo.py installs the
 # proxy (npm) on first use and explains the rest. docs/instructors.md covers a real class.
-hub: $(STAMP) ## Start a local JupyterHub demo of the course on 127.0.0.1 (HUB_PORT=8000)
+hub: $(STAMP) sandbox ## Start a local JupyterHub demo of the course on 127.0.0.1 (HUB_PORT=8000)
 	cd $(ROOT) && exec $(PY) deploy/demo.py --port $${HUB_PORT:-8000}
 
 clean: ## Remove caches and build leftovers (keeps .venv/ and gradebook.db)

@@ -9,6 +9,8 @@ directory, so run nbgrader commands from the repository root. Layout:
 
 import os
 
+from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE
+
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -25,6 +27,17 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Released notebooks carry no outputs, execution counts or per-cell timing metadata.
 c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution"}
 
-# Autograding and validation run every cell with this limit (seconds); nbgrader's default is 30.
-# nbgrader's Execute preprocessor subclasses ExecutePreprocessor, so this applies to both.
+# Autograding: nbgrader's own pipeline with two steps replaced (docs/grading.md). A submission
+# holding links or special files is refused, and the notebook runs in attn-grade's sandbox, every
+# graded cell's outputs written from verdicts reached outside it, so a notebook cannot display or
+# forge its way to points. `attn-grade batch` grades with this same pipeline, in parallel.
+c.Autograde.sanitize_preprocessors = SANITIZE
+c.Autograde.autograde_preprocessors = AUTOGRADE
+
+# Seconds per cell and per call of the learner's code (nbgrader's default is 30); `nbgrader
+# validate` reads it too. Each notebook also has a budget for all its cells and checks together.
 c.ExecutePreprocessor.timeout = 120
+c.TrustedExecute.budget = 300
+
+# Feedback pages render learner-written Markdown and outputs sanitized: no scripts, no forms.
+c.HTMLExporter.sanitize_html = True

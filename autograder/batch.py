@@ -1,29 +1,29 @@
-"""``attn-grade batch``: nbgrader's autograde, with warm sandboxed workers instead of kernels.
+"""``attn-grade batch``: nbgrader's autograde for a class, in parallel, each submission isolated.
 
-The grading *is* nbgrader's: :class:`FastAutograde` subclasses nbgrader's ``Autograde`` converter
-and keeps every step of ``nbgrader autograde`` — the student and submission rows, the copy of the
-source files, the sanitizing preprocessors (``ClearOutput``, ``DeduplicateIds``,
-``OverwriteKernelspec``, ``OverwriteCells`` restoring locked and test cells from the gradebook,
-``CheckCellMetadata``), then ``LimitOutput``, ``SaveAutoGrades``, ``AssignLatePenalties``, the
-writing of ``autograded/`` and its permissions — except ``Execute``. In its place
-:class:`FastExecute` takes the cells' outputs from a worker pool, where each submission runs in
-a sandbox forked from a warm worker (:mod:`autograder.grading`), so ``nbgrader export``,
-``generate_feedback`` and formgrader read what they always read.
+The grading is nbgrader's own. For each student, the batch runs nbgrader's ``Autograde`` converter
+through its public API (a ``CourseDirectory`` whose ``student_id`` is that student, then
+``start()``), with the course pipeline of :mod:`autograder.nbgrader_plugin` — the pipeline plain
+``nbgrader autograde`` uses with the course's configuration — so both give the same scores, and
+``nbgrader export``, ``generate_feedback`` and formgrader read what they always read.
 
-Two things differ from ``nbgrader autograde`` on purpose (docs/grading.md): a deleted test cell is
-put back (nbgrader's own ``OverwriteCells.add_missing_cells``), and hidden checks are also run
-outside the notebook, so a submission that fools the checks inside it gets no points for that.
+What the batch adds:
 
-Submissions are prepared and sent to the pool ahead of nbgrader's loop, which then finds each
-result ready. A journal (``COURSE/.attn-grade/LESSON.jsonl``) records each student once graded;
-a batch killed half-way and rerun grades only the students it had not finished.
+* every submission is checked before nbgrader touches it (:mod:`autograder.submission`): one
+  holding a link, a special file or an unspellable name is *refused* and reported, and nothing of
+  it is read or copied;
+* a pool of trusted workers (:mod:`autograder.pool`) grades the submissions ahead of nbgrader's
+  loop, which finds each result ready: :class:`~autograder.nbgrader_plugin.TrustedExecute` takes
+  a result only for exactly the notebook and files it was given, and grades anything else itself;
+* a journal (``COURSE/.attn-grade/LESSON.jsonl``): a batch killed half-way and rerun grades only
+  the students it had not finished (and anyone whose submission changed);
+* a summary, ``--json``/``--csv``, and Markdown feedback per student (:mod:`autograder.feedback`).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import csv
+import glob
 import hashlib
 import io
 import json
@@ -31,102 +31,20 @@ import logging
 import os
 import re
 import time
-import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbconvert.exporters.exporter import ResourcesDict
-from nbformat.notebooknode import NotebookNode
 from nbgrader.apps.autogradeapp import AutogradeApp
-from nbgrader.converters.autograde import Autograde
-from nbgrader.converters.base import BaseConverter
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from nbgrader.utils import remove, setenv
+from nbgrader.converters import Autograde
+from nbgrader.coursedir import CourseDirectory
 
-from . import isolation
-from .executor import picture_cells
-from .worker import Pool, sandbox_options
+from . import nbgrader_plugin, submission
+from .limits import Limits
+from .pool import Pool
 
 JOURNAL_DIR = ".attn-grade"
-
-
-# ---------------------------------------------------------------------------------------------
-# nbgrader, with execution replaced
-
-
-def code_sources(nb) -> dict[int, str]:
-    out = {}
-    for i, cell in enumerate(nb["cells"]):
-        if cell.get("cell_type") == "code":
-            src = cell.get("source", "")
-            out[i] = "".join(src) if isinstance(src, list) else str(src)
-    return out
-
-
-class Engine:
-    """Hands :class:`FastExecute` the results prepared by the pool."""
-
-    def __init__(self, pool: Pool):
-        self.pool = pool
-        self.jobs: dict[tuple[str, str], tuple[dict[int, str], cf.Future]] = {}
-        self.results: dict[tuple[str, str], dict] = {}
-
-    def prefetch(self, student: str, notebook: str, nb_json: str, files: dict) -> None:
-        nb = json.loads(nb_json)
-        self.jobs[(student, notebook)] = (code_sources(nb), self.pool.submit(nb_json, files))
-
-    def result_for(self, student: str, notebook: str, nb: NotebookNode, files: dict) -> dict:
-        key = (student, notebook)
-        job = self.jobs.pop(key, None)
-        if job is None or job[0] != code_sources(nb):
-            # Not what was prepared (or nothing was): grade exactly this notebook, now.
-            job = (None, self.pool.submit(nbformat.writes(nb), files))
-        result = job[1].result()
-        self.results[key] = result
-        return result
-
-
-class FastExecute(NbGraderPreprocessor):
-    """nbgrader's ``Execute`` step, with the outputs coming from an attn-grade worker."""
-
-    engine: Engine | None = None
-    files: dict = {}
-
-    def preprocess(self, nb: NotebookNode, resources: ResourcesDict):
-        info = resources["nbgrader"]
-        result = self.engine.result_for(info["student"], info["notebook"], nb, self.files)
-        apply_result(nb, result)
-        return nb, resources
-
-
-def apply_result(nb: NotebookNode, result: dict) -> None:
-    """Put a worker's outputs into the notebook's code cells."""
-    cells = result.get("cells", {})
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        rec = cells.get(str(i))
-        if rec is None:
-            cell.outputs, cell.execution_count = [], None
-            continue
-        cell.outputs = [nbformat.from_dict(o) for o in rec["outputs"]]
-        cell.execution_count = rec.get("execution_count")
-
-
-class FastAutograde(Autograde):
-    """nbgrader's Autograde converter with :class:`FastExecute` in place of ``Execute``."""
-
-    def _init_preprocessors(self) -> None:
-        self.exporter._preprocessors = []
-        preprocessors = (
-            self.sanitize_preprocessors if self._sanitizing else self.autograde_preprocessors
-        )
-        for pp in preprocessors:
-            if isinstance(pp, type) and issubclass(pp, Execute):
-                pp = FastExecute
-            self.exporter.register_preprocessor(pp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,12 +86,15 @@ class Journal:
 
 
 def stamp_of(folder: Path) -> str:
-    """A fingerprint of a submission folder's files (names and contents)."""
+    """A fingerprint of a submission folder's files (names and contents, links not followed)."""
     h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(path.relative_to(folder)).encode() + b"\0")
-        with contextlib.suppress(OSError):
-            h.update(hashlib.sha256(path.read_bytes()).digest())
+    for dirpath, dirnames, filenames in sorted(os.walk(folder, followlinks=False)):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            h.update(os.fsencode(path.relative_to(folder)) + b"\0")
+            with contextlib.suppress(OSError, submission.Refused):
+                h.update(hashlib.sha256(submission.read(path)).digest())
     return h.hexdigest()[:16]
 
 
@@ -184,15 +105,12 @@ def stamp_of(folder: Path) -> str:
 @dataclass
 class StudentResult:
     student: str
-    status: str  # graded | skipped | error
+    status: str  # graded | skipped | refused | error
     score: float | None = None
     max_score: float | None = None
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     error: str = ""
-    built: list = field(default_factory=list, repr=False)
-    files: dict = field(default_factory=dict, repr=False)
-    notebooks: list = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict:
         return {
@@ -209,240 +127,196 @@ class StudentResult:
 @dataclass
 class BatchOptions:
     workers: int = 2
-    limits: isolation.Limits = field(default_factory=isolation.Limits)
+    limits: Limits = field(default_factory=Limits)
+    isolation: str = "namespaces"
     force: bool = False
     progress: bool = True
     feedback: bool = True
-    sandbox_user: bool = True  # run learner code under its own uid when we are root
-    log_level: str = "WARN"
+    log_level: str = "ERROR"
 
 
-def run_batch(
-    course: Path, lesson: str, options: BatchOptions, pool: Pool | None = None
-) -> list[StudentResult]:
-    """Grade every ``submitted/*/LESSON`` of ``course``; see the module doc.
+@dataclass
+class _Todo:
+    name: str  # the folder name, as the file system has it
+    folder: Path
+    stamp: str
+    started: float = 0.0
+    jobs: dict = field(default_factory=dict)  # notebook → (fingerprint, future)
 
-    ``pool`` may be started by the caller beforehand (its workers warm up meanwhile).
-    """
+
+def run_batch(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult]:
+    """Grade every ``submitted/*/LESSON`` of ``course``; see the module doc."""
     course = Path(course).resolve()
     here = os.getcwd()
-    own = pool is None
-    if own:
-        pictures = picture_cells(course, lesson)
-        pool = Pool(
-            max(1, options.workers),
-            sandbox_options(options.limits, options.sandbox_user, pictures),
-        )
     os.chdir(course)
     try:
-        return _run_batch(course, lesson, options, pool)
+        return _run(course, lesson, options)
     finally:
         os.chdir(here)
-        if own:
-            pool.close()
 
 
-def _make_app(lesson: str, log_level: str) -> AutogradeApp:
+def _app(lesson: str, log_level: str) -> AutogradeApp:
+    """nbgrader's autograde app with the course's config, and the trusted pipeline forced."""
     AutogradeApp.clear_instance()
     app = AutogradeApp.instance()
     app.initialize([lesson, f"--log-level={log_level}"])
-    app.coursedir.assignment_id = lesson
+    app.config.Autograde.sanitize_preprocessors = nbgrader_plugin.SANITIZE
+    app.config.Autograde.autograde_preprocessors = nbgrader_plugin.AUTOGRADE
     app.config.OverwriteCells.add_missing_cells = True
+    app.coursedir.assignment_id = lesson
     return app
 
 
-def _run_batch(course: Path, lesson: str, options: BatchOptions, pool: Pool) -> list[StudentResult]:
+def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult]:
     from tqdm import tqdm
 
-    from . import feedback as feedback_mod
-
-    app = _make_app(lesson, options.log_level)
-    coursedir = app.coursedir
-    converter = FastAutograde(coursedir=coursedir, parent=app)
-    converter.force = True
+    app = _app(lesson, options.log_level)
     journal = Journal(course, lesson)
     if options.force:
         journal.forget()
-    submissions = sorted(
-        Path(coursedir.format_path(coursedir.submitted_directory, "*", lesson)).parent.parent.glob(
-            f"*/{lesson}"
-        )
-    )
-    todo, results = [], []
-    for folder in submissions:
-        if not folder.is_dir():
+    results, todo = [], []
+    for name, folder in _submissions(app.coursedir, lesson):
+        shown = submission.shown(name)
+        found = submission.problems(folder, folder.parent)
+        if not found and name != name.strip():
+            found = ["the student folder's name begins or ends with a space"]
+        if found:
+            results.append(StudentResult(shown, "refused", error="; ".join(found)))
             continue
-        student = folder.parent.name
         stamp = stamp_of(folder)
-        if journal.done(student, stamp) and _autograded_exists(coursedir, lesson, student):
-            entry = journal.entries[student]
+        if journal.done(shown, stamp) and _autograded_exists(app.coursedir, lesson, name):
+            entry = journal.entries[shown]
             results.append(
-                StudentResult(student, "skipped", entry.get("score"), entry.get("max_score"))
+                StudentResult(shown, "skipped", entry.get("score"), entry.get("max_score"))
             )
             continue
-        todo.append((student, folder, stamp))
+        todo.append(_Todo(name, folder, stamp))
     if not todo:
-        return results
+        return sorted(results, key=lambda r: r.student)
 
-    engine = Engine(pool)
-    FastExecute.engine = engine
-    converter.init_notebooks()
-    converter.writer = _writer(converter)
-    converter.exporter = converter.exporter_class(parent=converter, config=converter.config)
-    bar = tqdm(
-        total=len(todo),
-        desc=f"grading {lesson}",
-        unit="student",
-        disable=not options.progress,
-        leave=False,
-    )
-    # nbgrader's steps for a student, split in two: everything up to the sanitized notebook
-    # (which goes to the pool at once), then, a few students later, the rest. A small window
-    # keeps the workers busy while this process writes the gradebook.
+    pool = Pool(max(1, options.workers), lesson, options.isolation, options.limits)
+    bar = tqdm(total=len(todo), desc=f"grading {lesson}", unit="student",
+               disable=not options.progress, leave=False)  # fmt: skip
+    ahead: deque[_Todo] = deque()
     window = 2 * max(1, options.workers) + 1
-    pending: deque = deque()
+    waiting = iter(todo)
 
-    def finish(item) -> None:
-        student, folder, stamp, started, result = item
-        if result.status == "prepared":
-            result = _finish_student(converter, lesson, student, result)
-        result.seconds = round(time.monotonic() - started, 3)
-        if result.status == "graded":
-            result.score, result.max_score = _score(coursedir, lesson, student)
-            result.problems = _problems(engine, student)
-            if options.feedback:
-                with contextlib.suppress(Exception):
-                    feedback_mod.write_for(course, coursedir, lesson, student, engine.results)
-        journal.mark(
-            {
-                "student": student,
-                "status": result.status,
-                "stamp": stamp,
-                "score": result.score,
-                "max_score": result.max_score,
-                "error": result.error,
-                "at": time.time(),
-            }
-        )
-        results.append(result)
-        bar.update(1)
+    def lookup(student: str, notebook: str, nb: dict, files: dict) -> dict | None:
+        for item in ahead:
+            if item.name == student and notebook in item.jobs:
+                fingerprint, future = item.jobs[notebook]
+                if fingerprint == nbgrader_plugin.fingerprint(nb, files):
+                    return future.result()
+        return None
 
     try:
-        for student, folder, stamp in todo:
-            started = time.monotonic()
-            result = _prepare_student(converter, engine, lesson, student, folder)
-            pending.append((student, folder, stamp, started, result))
-            while pending and (len(pending) > window or _ready(engine, pending[0][0])):
-                finish(pending.popleft())
-        while pending:
-            finish(pending.popleft())
+        with nbgrader_plugin.supply(lookup=lookup):
+            while True:
+                while len(ahead) < window:
+                    item = next(waiting, None)
+                    if item is None:
+                        break
+                    item.started = time.monotonic()
+                    _prefetch(app, lesson, item, pool)
+                    ahead.append(item)
+                if not ahead:
+                    break
+                item = ahead[0]
+                result = _grade_student(app, course, lesson, item, options)
+                ahead.popleft()
+                journal.mark({
+                    "student": result.student, "status": result.status, "stamp": item.stamp,
+                    "score": result.score, "max_score": result.max_score,
+                    "error": result.error, "at": time.time(),
+                })  # fmt: skip
+                results.append(result)
+                bar.update(1)
     finally:
         bar.close()
-        FastExecute.engine = None
+        pool.close()
     return sorted(results, key=lambda r: r.student)
 
 
-def _ready(engine: Engine, student: str) -> bool:
-    jobs = [job for (who, _), job in engine.jobs.items() if who == student]
-    return all(job[1].done() for job in jobs)
+def _submissions(coursedir: CourseDirectory, lesson: str) -> list[tuple[str, Path]]:
+    """``(student folder name, submission folder)`` for every ``submitted/*/LESSON``."""
+    marker = "\x00student\x00"
+    root, rest = coursedir.format_path(coursedir.submitted_directory, marker, lesson).split(marker)
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for entry in sorted(os.scandir(root), key=lambda e: os.fsencode(e.name)):
+        folder = Path(entry.path + rest)
+        if os.path.lexists(folder):
+            found.append((entry.name, folder))
+    return found
 
 
-def _writer(converter):
-    from nbconvert.writers import FilesWriter
+def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool) -> None:
+    """Sanitize the student's notebooks as nbgrader will, and send them to the pool."""
+    files = {}
+    with contextlib.suppress(Exception):
+        files = submission.files_beside(item.folder)
+        source = Path(app.coursedir.format_path(app.coursedir.source_directory, ".", lesson))
+        files.update(submission.files_beside(source))
+    for path in sorted(item.folder.glob("*.ipynb")):
+        try:
+            nb = _sanitized(app, lesson, item.name, path)
+        except Exception:  # noqa: BLE001 — nbgrader will report this student's problem itself
+            continue
+        plain = json.loads(nbformat.writes(nb))
+        item.jobs[path.stem] = (
+            nbgrader_plugin.fingerprint(plain, files),
+            pool.submit(json.dumps(plain), files),
+        )
 
-    return FilesWriter(parent=converter, config=converter.config)
+
+def _sanitized(app: AutogradeApp, lesson: str, student: str, path: Path):
+    nb = nbformat.reads(submission.read(path).decode("utf-8"), as_version=4)
+    info = {"student": student, "assignment": lesson, "notebook": path.stem}
+    resources = {"nbgrader": {**info, "db_url": app.coursedir.db_url},
+                 "metadata": {"path": str(path.parent)}}  # fmt: skip
+    for cls in nbgrader_plugin.SANITIZE:
+        nb, resources = cls(config=app.config).preprocess(nb, resources)
+    return nb
 
 
-@contextlib.contextmanager
-def _errors_to(result_log: io.StringIO, converter):
-    handler = logging.StreamHandler(result_log)
+def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOptions):
+    """nbgrader's autograde for one student (the pool's results already on their way)."""
+    from . import feedback
+
+    shown = submission.shown(item.name)
+    coursedir = app.coursedir
+    coursedir.student_id = glob.escape(item.name)
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
     handler.setLevel(logging.ERROR)
+    converter = Autograde(coursedir=coursedir, parent=app)
+    converter.force = True
     converter.log.addHandler(handler)
+    results: dict[str, dict] = {}
     try:
-        yield
+        with nbgrader_plugin.supply(kept=results):
+            converter.start()
+    except Exception as error:  # noqa: BLE001 — one student's failure never stops the batch
+        return StudentResult(shown, "error", error=_first_error(log.getvalue(), error),
+                             seconds=round(time.monotonic() - item.started, 3))  # fmt: skip
     finally:
         converter.log.removeHandler(handler)
-        converter._sanitizing = True
+        coursedir.student_id = "*"
+    result = StudentResult(shown, "graded", seconds=round(time.monotonic() - item.started, 3))
+    result.score, result.max_score = _score(coursedir, lesson, item.name)
+    result.problems = _problems(results.values())
+    if options.feedback:
+        feedback.write_for(coursedir, lesson, item.name, results)
+    return result
 
 
-def _failed(converter, lesson: str, student: str, error: BaseException, log: io.StringIO):
-    """nbgrader's ``_handle_failure``: remove the student's autograded notebooks."""
-    dest = Path(converter._format_dest(lesson, student))
-    for notebook in converter.notebooks:
-        path = dest / (Path(notebook).stem + ".ipynb")
-        if path.exists():
-            remove(str(path))
-    converter.log.debug(traceback.format_exc())
-    message = _first_line(error) or (log.getvalue().strip().splitlines() or ["error"])[-1]
-    return StudentResult(student, "error", error=message)
-
-
-def _prepare_student(converter: FastAutograde, engine: Engine, lesson, student, folder: Path):
-    """nbgrader's first steps for one submission (``BaseConverter.convert_notebooks`` and the
-    sanitizing half of ``Autograde.convert_single_notebook``); sends the result to the pool."""
-    converter.notebooks = sorted(str(p) for p in folder.glob("*.ipynb"))
-    log = io.StringIO()
-    with _errors_to(log, converter):
-        try:
-            if not converter.init_destination(lesson, student):
-                return StudentResult(student, "skipped")
-            converter.run_pre_convert_hook()
-            converter.init_assignment(lesson, student)
-            dest = Path(converter._format_dest(lesson, student))
-            built = []
-            for notebook in converter.notebooks:
-                converter.log.info("Sanitizing %s", notebook)
-                converter._sanitizing = True
-                converter._init_preprocessors()
-                BaseConverter.convert_single_notebook(converter, notebook)
-                built.append(str(dest / os.path.basename(notebook)))
-            files = _files_in(dest)
-            for path in built:
-                engine.prefetch(student, Path(path).stem, Path(path).read_text("utf-8"), files)
-            result = StudentResult(student, "prepared")
-            result.built = built
-            result.files = files
-            result.notebooks = list(converter.notebooks)
-            return result
-        except Exception as error:  # noqa: BLE001 — one student's failure never stops the batch
-            return _failed(converter, lesson, student, error, log)
-
-
-def _finish_student(converter: FastAutograde, lesson, student, prepared: StudentResult):
-    """The rest: the autograding half of ``Autograde.convert_single_notebook`` (execution
-    replaced by :class:`FastExecute`), permissions, the post-convert hook."""
-    converter.notebooks = prepared.notebooks
-    log = io.StringIO()
-    with _errors_to(log, converter):
-        try:
-            FastExecute.files = prepared.files
-            for path in prepared.built:
-                converter.log.info("Autograding %s", path)
-                converter._sanitizing = False
-                converter._init_preprocessors()
-                with setenv(NBGRADER_EXECUTION="autograde"):
-                    BaseConverter.convert_single_notebook(converter, path)
-            converter.set_permissions(lesson, student)
-            converter.run_post_convert_hook()
-            return StudentResult(student, "graded")
-        except Exception as error:  # noqa: BLE001
-            return _failed(converter, lesson, student, error, log)
-
-
-def _files_in(dest: Path) -> dict[str, bytes]:
-    """The files nbgrader leaves beside the notebook when it executes it (its working dir)."""
-    files, total = {}, 0
-    for path in sorted(p for p in dest.rglob("*") if p.is_file() and p.suffix != ".ipynb"):
-        size = path.stat().st_size
-        if total + size > 64 * 2**20:
-            break
-        total += size
-        files[str(path.relative_to(dest))] = path.read_bytes()
-    return files
-
-
-def _first_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}".strip()
+def _first_error(log: str, error: BaseException) -> str:
+    lines = [line for line in log.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Refused)\b", line.strip()):
+            return re.sub(r"\s+", " ", line.strip())[:300]
+    text = f"{type(error).__name__}: {error}"
     return re.sub(r"\s+", " ", text)[:300]
 
 
@@ -456,22 +330,17 @@ def _score(coursedir, lesson: str, student: str) -> tuple[float | None, float | 
 
     with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
         try:
-            submission = gb.find_submission(lesson, student)
+            found = gb.find_submission(lesson, student)
         except Exception:  # noqa: BLE001
             return None, None
-        return float(submission.score), float(submission.max_score)
+        return float(found.score), float(found.max_score)
 
 
-def _problems(engine: Engine, student: str) -> list[str]:
+def _problems(results) -> list[str]:
     out = []
-    for (who, _notebook), result in engine.results.items():
-        if who != student:
-            continue
-        for v in result.get("verdicts", []):
-            if not v["passed"]:
-                out.append(v["name"])
-        for note in result.get("notes", []):
-            out.append(note[:120])
+    for result in results:
+        out += [v["name"] for v in result.get("verdicts", []) if not v["passed"]]
+        out += [note[:120] for note in result.get("notes", [])]
     return list(dict.fromkeys(out))
 
 
@@ -495,9 +364,10 @@ def summary_table(results: list[StudentResult]) -> str:
             lines.append("-" * (sum(widths) + 6 + 20))
     graded = [r for r in results if r.status in ("graded", "skipped")]
     errors = [r for r in results if r.status == "error"]
+    refused = [r for r in results if r.status == "refused"]
     lines.append(
         f"\n{len(graded)} graded ({sum(r.status == 'skipped' for r in results)} "
-        f"already done), {len(errors)} with errors"
+        f"already done), {len(refused)} refused, {len(errors)} with errors"
     )
     return "\n".join(lines)
 

@@ -1,8 +1,9 @@
 """``attn-grade``: the learner's self-check and the instructor's fast, isolated batch grader.
 
     attn-grade check NOTEBOOK [--json] [--timeout S] [--memory MB] [--no-record]
-    attn-grade batch LESSON --course DIR [--workers N] [--timeout S] [--memory MB]
+    attn-grade batch LESSON --course DIR [--workers N] [--timeout S] [--budget S] [--memory MB]
                      [--json] [--csv PATH] [--force] [--no-progress] [--no-feedback]
+                     [--no-isolation]
 
 See docs/grading.md.
 """
@@ -15,7 +16,14 @@ import os
 import sys
 from pathlib import Path
 
-from . import executor, isolation
+from . import view
+from .limits import Limits
+
+UNISOLATED = """\
+WARNING: --no-isolation: learner code will run WITHOUT a sandbox, as {user}, with your files,
+your network and your other processes within its reach. A hostile notebook can change grades,
+read other students' work and the answer keys. Never grade a class like this.
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,13 +43,16 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("lesson")
     batch.add_argument("--course", type=Path, default=Path("."), help="nbgrader course folder")
     batch.add_argument(
-        "--workers", type=int, default=(os.cpu_count() or 1) + 1, help="warm workers (cores + 1)"
+        "--workers", type=int, default=(os.cpu_count() or 1) + 1, help="workers (cores + 1)"
     )
     batch.add_argument(
         "--timeout",
         type=float,
         default=None,
-        help="seconds per cell (default: the course's ExecutePreprocessor.timeout)",
+        help="seconds per cell and per call (default: the course's ExecutePreprocessor.timeout)",
+    )
+    batch.add_argument(
+        "--budget", type=float, default=300.0, help="seconds per notebook, checks included (300)"
     )
     batch.add_argument("--memory", type=int, default=2048, help="MB of memory per submission")
     batch.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -50,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--no-progress", action="store_true")
     batch.add_argument("--no-feedback", action="store_true", help="write no attn-feedback.md")
     batch.add_argument("--log-level", default="ERROR", help="nbgrader's log level (ERROR)")
+    batch.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="run learner code without a sandbox (DANGEROUS: never for a class)",
+    )
     return parser
 
 
@@ -64,8 +80,11 @@ def _check(args) -> int:
     from .notebook import NotebookError
     from .selfcheck import run_check
 
-    limits = isolation.Limits(
-        timeout=args.timeout, memory_mb=args.memory, cpu_seconds=max(120, int(args.timeout * 10))
+    limits = Limits(
+        timeout=args.timeout,
+        budget=max(300.0, args.timeout * 10),
+        memory_mb=args.memory,
+        cpu_seconds=max(120, int(args.timeout * 10)),
     )
     try:
         report = run_check(args.notebook, limits, record=not args.no_record)
@@ -93,40 +112,58 @@ def _batch(args) -> int:
     if not (course / "nbgrader_config.py").exists() and not (course / "gradebook.db").exists():
         print(f"attn-grade: {course} does not look like an nbgrader course", file=sys.stderr)
         return 2
-    timeout = args.timeout if args.timeout is not None else _course_timeout(course)
-    limits = isolation.Limits(
-        timeout=timeout, memory_mb=args.memory, cpu_seconds=max(120, int(timeout * 10))
+    if args.no_isolation:
+        isolation = "none"
+        print(UNISOLATED.format(user=_user()), file=sys.stderr)
+    else:
+        isolation = "namespaces"
+        problem = view.probe()
+        if problem:
+            print(
+                f"attn-grade: cannot isolate submissions: {problem}.\n"
+                "Install bubblewrap, or pass --no-isolation to grade without a sandbox "
+                "(never for a class).",
+                file=sys.stderr,
+            )
+            return 2
+    timeout = args.timeout if args.timeout is not None else course_timeout(course)
+    limits = Limits(
+        timeout=timeout,
+        budget=max(args.budget, timeout),
+        memory_mb=args.memory,
+        cpu_seconds=max(120, int(args.budget)),
     )
-    from .worker import Pool, sandbox_options
-
-    # Start the warm workers first: they import NumPy, PyTorch and IPython while nbgrader loads.
-    pictures = executor.picture_cells(course, args.lesson)
-    pool = Pool(max(1, args.workers), sandbox_options(limits, picture_cells=pictures))
     from .batch import BatchOptions, run_batch, summary_table, write_csv
 
     options = BatchOptions(
         workers=max(1, args.workers),
         limits=limits,
+        isolation=isolation,
         force=args.force,
         progress=not args.no_progress and not args.json,
         feedback=not args.no_feedback,
         log_level=args.log_level,
     )
-
-    try:
-        results = run_batch(course, args.lesson, options, pool)
-    finally:
-        pool.close()
+    results = run_batch(course, args.lesson, options)
     if args.csv:
         write_csv(results, args.csv)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
     else:
         print(summary_table(results))
-    return 1 if any(r.status == "error" for r in results) else 0
+    return 1 if any(r.status in ("error", "refused") for r in results) else 0
 
 
-def _course_timeout(course: Path) -> float:
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def course_timeout(course: Path) -> float:
     """The course's nbgrader cell timeout (``c.ExecutePreprocessor.timeout``), else 30 s."""
     from traitlets.config.loader import PyFileConfigLoader
 

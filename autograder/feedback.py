@@ -3,19 +3,36 @@
 ``attn-grade batch`` writes ``autograded/STUDENT/LESSON/attn-feedback.md`` beside nbgrader's
 autograded notebooks. ``nbgrader generate_feedback`` copies the files it finds there into
 ``feedback/``, so the learner receives it next to nbgrader's own HTML feedback.
+
+Scores come from the gradebook; reasons from the grader's verdicts. Any text that learner code
+could have shaped — an exception's message, a diagnosis quoting a value, a student's folder name —
+is written as an inline code span on one line (:func:`code`), so it cannot open a heading, a
+link or an HTML tag: a notebook that prints ``### Correct`` or ``<script>`` shows exactly that.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 import nbformat
 
 from attnlib import checks
 
+from .submission import shown
+
 FILENAME = "attn-feedback.md"
+
+
+def code(text: object, limit: int = 600) -> str:
+    """``text`` as one inline code span, whatever backticks, newlines or markup it holds."""
+    text = re.sub(r"[\x00-\x1f\x7f\s]+", " ", str(text)).strip()[:limit] or " "
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _grades(coursedir, lesson: str, student: str, notebook: str) -> dict[str, tuple]:
@@ -58,15 +75,12 @@ def notebook_feedback(nb, result: dict, grades: dict[str, tuple], notebook: str)
                 if out.get("output_type") == "error":
                     reasons.append(f"{out.get('ename')}: {str(out.get('evalue', ''))[:400]}")
                     break
-                if out.get("output_type") == "stream" and out.get("name") == "stderr":
-                    reasons.append("the cell wrote to stderr")
-                    break
             for v in verdicts.get(index, []):
                 exercise = checks.EXERCISES.get(v["name"])
                 if exercise is not None:
                     reads.append(exercise.read)
         reason = " ".join(reasons) or "this test did not pass"
-        entry = f"- ✗ **{name}** ({score:g}/{max_score:g}): {reason}"
+        entry = f"- ✗ **{name}** ({score:g}/{max_score:g}): {code(reason)}"
         if reads:
             entry += f"  \n  Reread: {'; '.join(dict.fromkeys(reads))}."
         bad.append(entry)
@@ -76,21 +90,21 @@ def notebook_feedback(nb, result: dict, grades: dict[str, tuple], notebook: str)
         lines += ["### Correct", "", *good, ""]
     notes = result.get("notes", [])
     if notes:
-        lines += ["### While running your notebook", "", *[f"- {n}" for n in notes], ""]
+        lines += ["### While running your notebook", "", *[f"- {code(n)}" for n in notes], ""]
     return lines
 
 
-def write_for(course: Path, coursedir, lesson: str, student: str, results: dict) -> Path | None:
-    """Write the student's feedback file; return its path."""
+def write_for(coursedir, lesson: str, student: str, results: dict) -> Path | None:
+    """Write the student's feedback file (``results``: notebook → grading result)."""
     dest = Path(coursedir.format_path(coursedir.autograded_directory, student, lesson))
     if not dest.is_dir():
         return None
-    lines = [f"# Feedback on {lesson}", "", f"Student: {student}", ""]
+    lines = [f"# Feedback on {lesson}", "", f"Student: {code(shown(student))}", ""]
     for path in sorted(dest.glob("*.ipynb")):
         notebook = path.stem
         nb = nbformat.read(path, as_version=4)
         grades = _grades(coursedir, lesson, student, notebook)
-        lines += notebook_feedback(nb, results.get((student, notebook), {}), grades, notebook)
+        lines += notebook_feedback(nb, results.get(notebook, {}), grades, notebook)
     target = dest / FILENAME
     with contextlib.suppress(FileNotFoundError):
         os.chmod(target, 0o644)

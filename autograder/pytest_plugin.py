@@ -2,19 +2,24 @@
 
 For learners who work outside Jupyter, and for forks of the course that grade in their own CI.
 Each contract exercise of the notebook's lesson becomes one test, and so does each mastery
-question; a failure reads as the diagnosis sentence, not a traceback. Installed with the
-project (entry point ``pytest11``), so it needs no ``-p`` flag.
+question; a failure reads as the diagnosis sentence, not a traceback. The notebook runs through
+the grader's own engine (:mod:`autograder.selfcheck`): in a sandbox, never in the pytest process,
+with the checks run outside it — so a notebook that patches the checks or ends its process
+changes nothing but its own verdicts. Installed with the project (entry point ``pytest11``), so it
+needs no ``-p`` flag.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
 from attnlib import checks, quiz
 
-from .notebook import NotebookError, load
+from .limits import Limits
+from .notebook import NotebookError, lesson_of, read
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -26,6 +31,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="check the exercises of a lesson notebook with the course's hidden checks "
         "(may be given more than once); nothing else is collected",
+    )
+    group.addoption(
+        "--attn-timeout",
+        type=float,
+        default=60.0,
+        help="seconds per cell and per call of the notebook's code (60)",
     )
 
 
@@ -40,13 +51,22 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if config.getoption("attn_notebook") else None
 
 
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    paths = config.getoption("attn_notebook")
+    if paths:
+        return [f"attn-notebook: {', '.join(paths)} (one test per exercise and question)"]
+    return None
+
+
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
+    timeout = config.getoption("attn_timeout")
     for raw in config.getoption("attn_notebook"):
         path = Path(raw)
         try:
-            loaded = load(path)
+            read(path)
+            lesson = lesson_of(path)
         except NotebookError as error:
             items.append(
                 NotebookProblem.from_parent(
@@ -54,26 +74,27 @@ def pytest_collection_modifyitems(
                 )
             )
             continue
-        for exercise in loaded.exercises():
+        names = [e.name for e in checks.LESSONS[lesson]]
+        names += [q.key for q in quiz.questions(lesson)]
+        for name in names:
             items.append(
-                ExerciseItem.from_parent(
+                VerdictItem.from_parent(
                     session,
-                    name=exercise,
-                    nodeid=f"{path}::{exercise}",
-                    loaded=loaded,
-                    exercise=exercise,
+                    name=name,
+                    nodeid=f"{path}::{name}",
+                    notebook=str(path.resolve()),
+                    lesson=lesson,
+                    timeout=timeout,
                 )
             )
-        for question in quiz.questions(loaded.lesson):
-            items.append(
-                QuestionItem.from_parent(
-                    session,
-                    name=question.key,
-                    nodeid=f"{path}::{question.key}",
-                    loaded=loaded,
-                    key=question.key,
-                )
-            )
+
+
+@functools.cache
+def _report(notebook: str, timeout: float):
+    from .selfcheck import run_check
+
+    limits = Limits(timeout=timeout, budget=max(300.0, 10 * timeout), cpu_seconds=600)
+    return run_check(Path(notebook), limits, record=False)
 
 
 class Diagnosis(Exception):
@@ -90,34 +111,20 @@ class _CourseItem(pytest.Item):
         return self.path, None, self.name
 
 
-class ExerciseItem(_CourseItem):
-    def __init__(self, *, loaded, exercise, **kwargs):
+class VerdictItem(_CourseItem):
+    """One exercise or mastery question of the notebook: the grader's verdict on it."""
+
+    def __init__(self, *, notebook, lesson, timeout, **kwargs):
         super().__init__(**kwargs)
-        self.loaded, self.exercise = loaded, exercise
-        self.add_marker(getattr(pytest.mark, f"lesson{loaded.lesson[:2]}"))
+        self.notebook, self.lesson, self.timeout = notebook, lesson, timeout
+        self.add_marker(getattr(pytest.mark, f"lesson{lesson[:2]}"))
 
     def runtest(self):
-        fn = self.loaded.namespace.get(self.exercise)
-        if fn is None:
-            problems = "; ".join(self.loaded.errors) or "no cell defines it"
-            raise Diagnosis(f"{self.exercise} is not defined ({problems})")
-        outcome = checks.check(self.exercise, fn)
-        if not outcome:
-            raise Diagnosis(outcome.feedback())
-
-
-class QuestionItem(_CourseItem):
-    def __init__(self, *, loaded, key, **kwargs):
-        super().__init__(**kwargs)
-        self.loaded, self.key = loaded, key
-        self.add_marker(getattr(pytest.mark, f"lesson{loaded.lesson[:2]}"))
-
-    def runtest(self):
-        question = quiz.question(self.loaded.lesson, self.key)
-        if self.key not in self.loaded.namespace:
-            raise Diagnosis(f"{self.key} is not answered yet")
-        if not question.accepts(self.loaded.namespace[self.key]):
-            raise Diagnosis(f"{self.key}: not right yet. Revisit: {question.topic}.")
+        line = _report(self.notebook, self.timeout).line(self.name)
+        if line is None:
+            raise Diagnosis(f"{self.name} was not checked")
+        if not line.passed:
+            raise Diagnosis(line.text().removeprefix("✗ "))
 
 
 class NotebookProblem(_CourseItem):

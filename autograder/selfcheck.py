@@ -1,25 +1,28 @@
-"""``attn-grade check NOTEBOOK``: the learner's self-check.
+"""``attn-grade check NOTEBOOK``: the learner's self-check, with the grader's own engine.
 
-The notebook is not replayed top to bottom (figures, timing runs): as in
-:mod:`autograder.notebook`, the solution cells run in full and the other cells only for their
-set-up (imports, definitions, literal assignments); the visible test cells run too. All of it runs
-in a child process (:mod:`autograder.isolation`) with a per-cell timeout, so an infinite loop
-cannot hang the check. Each exercise is then checked from outside with the hidden invariants of
-:mod:`attnlib.checks` (only the diagnosis sentence is shown, never a test's source), and the
-mastery questions are scored and recorded with :mod:`attnlib.mastery`.
+The notebook runs in a sandbox as in grading (:mod:`autograder.engine`), cells chosen as
+:mod:`autograder.notebook` says, and every exercise and mastery question is judged by the same
+checks from outside the sandbox — at its test cell, as in grading, or at the end if the notebook
+has no test cell for it. Only the diagnosis sentence is shown, never a test's source. The mastery
+score is recorded with :mod:`attnlib.mastery` unless ``record`` is off.
+
+On a machine without bubblewrap (a learner's laptop, say) the sandbox is a plain child process
+with limits, and the report says so: the verdicts are the same, only the isolation differs.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from attnlib import checks, mastery, quiz
 
-from . import executor, grading, isolation
-from .notebook import NotebookError, _setup_only, lesson_of
+from . import engine, scoring, submission, view
+from .limits import Limits
+from .notebook import lesson_of, read, setup_only
+from .runner import Runner
+from .template import Template
 
 
 @dataclass
@@ -47,10 +50,14 @@ class Report:
     lines: list[Line] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     mastery: dict | None = None
+    isolation: str = "namespaces"
 
     @property
     def passed(self) -> bool:
         return bool(self.lines) and all(line.passed for line in self.lines)
+
+    def line(self, name: str) -> Line | None:
+        return next((x for x in self.lines if x.name == name), None)
 
     def as_dict(self) -> dict:
         return {
@@ -61,6 +68,7 @@ class Report:
             "questions": [asdict(x) for x in self.lines if x.kind == "question"],
             "problems": self.problems,
             "mastery": self.mastery,
+            "isolation": self.isolation,
         }
 
     def text(self) -> str:
@@ -77,6 +85,8 @@ class Report:
             verdict = "mastered" if m["mastered"] else "not yet mastered"
             kept = "recorded" if m.get("recorded") else "not recorded"
             out += ["", f"Mastery: {m['score']:g}/{m['total']:g}, {verdict} ({kept})."]
+        if self.isolation == "none":
+            out += ["", "(bubblewrap is not installed here, so your code ran without a sandbox.)"]
         done = sum(x.passed for x in exercises)
         out += [
             "",
@@ -85,81 +95,67 @@ class Report:
         return "\n".join(out)
 
 
-def _cells(nb) -> tuple[list[dict], dict[int, list[grading.Call]]]:
-    cells, tests = [], {}
+def steps(nb) -> list[engine.Step]:
+    """Solution and test cells in full, the set-up of the others (see autograder.notebook)."""
+    out = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and not meta.get("solution"):
-            found = grading.hidden_calls(index, cell.source, reports=True)
-            tests[index] = found
-            cells.append(
-                {
-                    "index": index,
-                    "source": cell.source,
-                    "snapshot": sorted({c.ident for c in found}),
-                }
+            out.append(
+                engine.Step(index, cell.source, scoring.hidden_calls(index, cell.source, True))
             )
         elif meta.get("solution"):
-            cells.append({"index": index, "source": cell.source})
+            out.append(engine.Step(index, cell.source))
         else:
-            source = _setup_only(cell.source)
+            source = setup_only(cell.source)
             if source.strip():
-                cells.append({"index": index, "source": source})
-    return cells, tests
+                out.append(engine.Step(index, source))
+    return out
 
 
-def run_check(path: Path, limits: isolation.Limits, record: bool = True) -> Report:
+@functools.cache
+def isolation() -> str:
+    return "namespaces" if view.probe() is None else "none"
+
+
+def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
     """Check the notebook at ``path``; raise :class:`NotebookError` if it cannot be read."""
     path = Path(path)
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as error:  # noqa: BLE001 — any unreadable file gets the same clear answer
-        raise NotebookError(f"{path} is not a readable notebook: {error}") from None
-    lesson = lesson_of(path, nb)
+    nb = read(path)
+    lesson = lesson_of(path)
     exercises = [e.name for e in checks.LESSONS[lesson]]
     questions = quiz.questions(lesson)
-    cells, tests = _cells(nb)
-    executor.warm_up()
-    uid = isolation.SANDBOX_UID_BASE + 999 if isolation.can_drop_privileges() else None
-    files = {}
-    for other in path.parent.iterdir():
-        if other.is_file() and other.suffix != ".ipynb" and other.stat().st_size < 16 * 2**20:
-            files[other.name] = other.read_bytes()
-    runner = grading.Runner(
-        cells, limits, uid, {}, files, final_snapshot=[*exercises, *(q.key for q in questions)]
-    )
-    report = Report(str(path), lesson)
+    plan = steps(nb)
     sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    files = {}
     try:
-        runner.run()
-        outside = {
-            name: grading.check_outside(runner, grading.Call(-1, "check", name, name), sources)
-            for name in exercises
-        }
-        answers = {
-            q.key: grading.check_outside(
-                runner, grading.Call(-1, "answer", q.key, q.key, lesson), sources
-            )
-            for q in questions
-        }
-    finally:
-        runner.close()
-    outputs = runner.outputs()
-    visible: dict[str, str] = {}
-    for index, found in tests.items():
-        errors = [
-            o for o in outputs.get(index, {}).get("outputs", []) if o.get("output_type") == "error"
-        ]
-        if not errors:
-            continue
-        err = errors[0]
-        text = f"a visible test fails: {err.get('ename')}: {err.get('evalue')}".strip()
-        for call in found:
-            visible.setdefault(call.name, text)
+        files = submission.files_beside(path.parent)
+    except (OSError, submission.Refused):
+        pass
+    found = engine.Graded()
+    report = Report(str(path), lesson, isolation=isolation())
+    with Template(lesson, report.isolation, grading=False) as template:
+        runner = Runner(template, limits, files)
+        try:
+            engine.run_steps(runner, plan, sources, found)
+            seen = {v.name for v in found.verdicts}
+            for name in exercises:
+                if name not in seen:
+                    found.verdicts.append(
+                        scoring.check(runner, scoring.Call(-1, "check", name, name), sources)
+                    )
+            for q in questions:
+                if q.key not in seen:
+                    call = scoring.Call(-1, "answer", q.key, q.key, lesson)
+                    found.verdicts.append(scoring.check(runner, call, sources))
+        finally:
+            runner.close()
+    verdicts = {v.name: v for v in found.verdicts}
+    visible = _visible_failures(plan, found)
     for name in exercises:
-        v = outside[name]
+        v = verdicts[name]
         if v.passed and name in visible:
             report.lines.append(Line("exercise", name, False, visible[name], v.read))
         else:
@@ -167,7 +163,7 @@ def run_check(path: Path, limits: isolation.Limits, record: bool = True) -> Repo
     score = total = 0
     missed = []
     for q in questions:
-        v = answers[q.key]
+        v = verdicts[q.key]
         report.lines.append(Line("question", q.key, v.passed, v.message))
         total += q.points
         score += q.points if v.passed else 0
@@ -183,17 +179,32 @@ def run_check(path: Path, limits: isolation.Limits, record: bool = True) -> Repo
             "mastered": attempt.mastered,
             "recorded": record,
         }
-    report.problems = [*runner.notes, *_solution_errors(nb, outputs)]
+    report.problems = [*runner.notes, *_solution_errors(nb, found)]
     return report
 
 
-def _solution_errors(nb, outputs: dict) -> list[str]:
+def _visible_failures(plan: list[engine.Step], found: engine.Graded) -> dict[str, str]:
+    """Exercises whose visible test (in their test cell) failed, though the checks passed."""
+    out: dict[str, str] = {}
+    for step in plan:
+        if not step.calls:
+            continue
+        for o in found.cells.get(step.index, {}).get("outputs", [])[:-1]:
+            if o.get("output_type") == "error":
+                text = f"a visible test fails: {o.get('ename')}: {o.get('evalue')}".strip()
+                for call in step.calls:
+                    out.setdefault(call.name, text)
+                break
+    return out
+
+
+def _solution_errors(nb, found: engine.Graded) -> list[str]:
     out = []
     for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code" or not meta.get("solution"):
             continue
-        for o in outputs.get(index, {}).get("outputs", []):
+        for o in found.cells.get(index, {}).get("outputs", []):
             if o.get("output_type") == "error":
                 name = meta.get("grade_id") or f"cell {index}"
                 out.append(f"{name}: {o.get('ename')}: {str(o.get('evalue'))[:200]}")

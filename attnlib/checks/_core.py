@@ -20,17 +20,16 @@ the comparison functions are the checker's own, not attributes of the result.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import sys
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import tracemalloc
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._shapes import fmt
+from .silence import quiet
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -121,23 +120,12 @@ class CheckFailed(AssertionError):
     """Raised by :func:`assert_correct`; its text is the learner's feedback."""
 
 
-@contextlib.contextmanager
-def quiet() -> Iterator[io.StringIO]:
-    """Run learner code without letting it write to stderr.
+class Abort(Exception):
+    """Raised by the function under check to stop the checks altogether.
 
-    Warnings (NumPy's RuntimeWarning for ``exp(-inf - -inf)``, say) are
-    silenced and anything written to ``sys.stderr`` is kept in the yielded
-    buffer. nbgrader gives zero points to a test cell that writes to stderr,
-    and a correct answer that happens to warn must keep its points.
+    Not the learner's exception: the grader raises it when the process running the learner's
+    code can no longer answer (it died, or ran out of time), and the verdict says so.
     """
-    buffer = io.StringIO()
-    with (
-        warnings.catch_warnings(),
-        np.errstate(all="ignore"),
-        contextlib.redirect_stderr(buffer),
-    ):
-        warnings.simplefilter("ignore")
-        yield buffer
 
 
 def plain(value: object, what: str, dtype: type | None = np.float64) -> np.ndarray:
@@ -220,8 +208,27 @@ def difference(actual: Arrays, expected: Arrays, outputs: Sequence[str]) -> str:
     return "the result differs from the reference"
 
 
-def run(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
-    """Check ``fn`` against ``exercise`` on every probe; stop at the first failure."""
+def traced_peak(fn: Callable[..., object], *args, **kwargs) -> tuple[object, int]:
+    """Call ``fn``; return its result and the most memory Python allocated meanwhile."""
+    tracemalloc.start()
+    try:
+        result = fn(*args, **kwargs)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+Peak = Callable[..., tuple[object, int]]
+
+
+def run(exercise: Exercise, fn: Callable[..., object], peak: Peak = traced_peak) -> Outcome:
+    """Check ``fn`` against ``exercise`` on every probe; stop at the first failure.
+
+    ``peak(fn, *args, **kwargs)`` calls ``fn`` and measures the memory the call held; the memory
+    probes use it. In a learner's kernel it is :func:`traced_peak`; the grader, which calls the
+    learner's function in a sandbox, measures the whole sandbox from outside instead.
+    """
     for probe in exercise.probes():
         verdict = _check_probe(exercise, fn, probe)
         if verdict is not None:
@@ -230,7 +237,9 @@ def run(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
     for extra in exercise.extra:
         try:
             with quiet():
-                message = extra(fn)
+                message = extra(fn, peak)
+        except (CheckFailed, Abort):
+            raise
         except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
             message = f"raised {type(error).__name__}: {error}"
         if message:
@@ -283,7 +292,7 @@ def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) ->
     try:
         with quiet():
             result = fn(*args, **kwargs)
-    except CheckFailed:
+    except (CheckFailed, Abort):
         raise
     except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
         return f"raised {type(error).__name__}: {error}{on}{_hint(error, probe)}", ""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 
 from .. import numpy as ref
@@ -109,26 +107,21 @@ def _online(Q, K, V, block_size, causal=False, *, rescale=True, drop_last=False)
         return acc / total
 
 
-def chunked_memory(fn, n: int = 2048, d: int = 16, block_size: int = 64) -> str | None:
+def chunked_memory(fn, peak, n: int = 2048, d: int = 16, block_size: int = 64) -> str | None:
     """Say so when ``fn`` holds far more than ``(m, block_size)`` scores at once.
 
-    Runs ``fn`` on ``n`` queries and keys in float64 under tracemalloc, without and with
-    ``causal=True``; a chunked attention needs a few ``n × block_size`` buffers, a naive one
-    the whole ``n × n`` matrix (32 MiB here).
+    Runs ``fn`` on ``n`` queries and keys in float64, without and with ``causal=True``, measuring
+    each call with ``peak`` (see :func:`attnlib.checks._core.run`); a chunked attention needs a few
+    ``n × block_size`` buffers, a naive one the whole ``n × n`` matrix (32 MiB here).
     """
     Q, K, V = normal(120, (n, d), (n, d), (n, d))
     full = n * n * 8
     for causal in (False, True):
-        tracemalloc.start()
-        try:
-            fn(Q, K, V, block_size, causal=causal)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        if peak > full / 4:
+        _, used = peak(fn, Q, K, V, block_size, causal=causal)
+        if used > full / 4:
             return (
                 f"chunked_attention materialises the whole score matrix: with causal={causal} "
-                f"it peaked at {peak / 2**20:.1f} MiB for n={n}, while (n, n) scores are "
+                f"it peaked at {used / 2**20:.1f} MiB for n={n}, while (n, n) scores are "
                 f"{full / 2**20:.0f} MiB and blocks of {block_size} keys need about "
                 f"{16 * n * block_size / 2**20:.1f} MiB"
             )

@@ -1,0 +1,215 @@
+"""What one submission may use, enforced from the trusted side.
+
+:class:`Limits` holds the numbers. The sandbox sets per-process resource limits on itself before
+any learner code runs (:mod:`autograder.sandbox.confine`), but a limit the learner's process can
+reach is no limit, so the whole sandbox is also bounded from outside:
+
+* **memory and processes** by a cgroup of its own (:class:`Cgroup`, v1 or v2) when the machine
+  offers one we may write (as root, usually) — the kernel counts every process of the sandbox,
+  its page cache and its ``/tmp``;
+* otherwise by a watchdog (:func:`tree_memory`): while the trusted side waits for a reply it sums
+  the resident memory of every process in the sandbox's process tree (a PID namespace, so no
+  process escapes the tree) and kills the sandbox past the limit; the process count is then the
+  sandbox's ``RLIMIT_NPROC``, which the kernel counts per user namespace;
+* **time** by the deadlines of :mod:`autograder.runner`: per cell and per call, and per notebook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one submission may use."""
+
+    timeout: float = 30.0  # wall seconds per cell, and per call of the learner's code
+    budget: float = 300.0  # wall seconds for the whole notebook, its checks included
+    memory_mb: int = 2048  # resident memory of the whole sandbox
+    cpu_seconds: int = 600  # CPU time of each sandbox process
+    processes: int = 64  # processes and threads of the whole sandbox
+    tmp_mb: int = 64  # the sandbox's private /tmp
+    max_output: int = 2 * 2**20  # bytes of outputs kept for the whole notebook
+    restarts: int = 8  # fresh sandboxes after a crash, per notebook
+
+    def for_sandbox(self) -> dict:
+        """The part the sandbox applies to itself (the ``go`` message)."""
+        return {
+            "memory_mb": self.memory_mb,
+            "cpu_seconds": self.cpu_seconds,
+            "processes": self.processes,
+            "tmp_mb": self.tmp_mb,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# cgroups
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class Cgroup:
+    """A cgroup (v1: memory + pids controllers; v2: unified) holding one sandbox.
+
+    Created under the grader's own cgroup, so it also stays inside any limit the grader has.
+    """
+
+    def __init__(self, dirs: dict[str, Path], v2: bool):
+        self.dirs, self.v2 = dirs, v2
+
+    @classmethod
+    def create(cls, name: str, memory_bytes: int, processes: int) -> Cgroup | None:
+        """A new cgroup with these limits, or None when the machine does not let us make one."""
+        own = _own_cgroups()
+        if "" in own:
+            places = {"": CGROUP_ROOT / own[""].lstrip("/") / name}
+        elif "memory" in own and "pids" in own:
+            places = {c: CGROUP_ROOT / c / own[c].lstrip("/") / name for c in ("memory", "pids")}
+        else:
+            return None
+        group = cls({}, v2="" in places)
+        try:
+            for controller, path in places.items():
+                path.mkdir()
+                group.dirs[controller] = path
+            if group.v2:
+                group._write("", "memory.max", memory_bytes)
+                group._write("", "memory.swap.max", 0, optional=True)
+            else:
+                group._write("memory", "memory.limit_in_bytes", memory_bytes)
+                group._write("memory", "memory.memsw.limit_in_bytes", memory_bytes, optional=True)
+            group._write("pids", "pids.max", processes)
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    def _file(self, controller: str, name: str) -> Path:
+        return self.dirs["" if self.v2 else controller] / name
+
+    def _write(self, controller: str, name: str, value: object, optional: bool = False) -> None:
+        try:
+            self._file(controller, name).write_text(str(value))
+        except OSError:
+            if not optional:
+                raise
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (and so everything it starts later) into this cgroup."""
+        for controller in ("memory", "pids"):
+            self._write(controller, "cgroup.procs", pid)
+            if self.v2:
+                break
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for path in self.dirs.values():
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(p) for p in (path / "cgroup.procs").read_text().split())
+        return sorted(found)
+
+    def memory(self) -> int:
+        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
+        with contextlib.suppress(OSError, ValueError):
+            return int(self._file("memory", name).read_text())
+        return 0
+
+    def reset_peak(self) -> None:
+        if not self.v2:
+            self._write("memory", "memory.max_usage_in_bytes", 0, optional=True)
+
+    def peak(self) -> int:
+        """The most memory the sandbox held since :meth:`reset_peak` (v2: since it began)."""
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        with contextlib.suppress(OSError, ValueError):
+            return int(self._file("memory", name).read_text())
+        return self.memory()
+
+    def out_of_memory(self) -> bool:
+        """Did the kernel stop the sandbox at its memory limit?"""
+        name = "memory.events" if self.v2 else "memory.failcnt"
+        with contextlib.suppress(OSError, ValueError):
+            text = self._file("memory", name).read_text()
+            if self.v2:
+                counts = dict(line.split() for line in text.splitlines() if line.strip())
+                return int(counts.get("oom_kill", 0)) > 0
+            return int(text) > 0
+        return False
+
+    def remove(self, seconds: float = 5.0) -> None:
+        """Kill whatever is left in the cgroup and remove it."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pids = self.pids()
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if not pids:
+                break
+            time.sleep(0.01)
+        for path in self.dirs.values():
+            for _ in range(100):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # the last processes are still being torn down
+                    time.sleep(0.02)
+
+
+def _own_cgroups() -> dict[str, str]:
+    """The grader's own cgroup per controller (``""`` for v2), from /proc/self/cgroup."""
+    out: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(","):
+                out[controller] = path
+    if "" in out and not (CGROUP_ROOT / "cgroup.controllers").exists():
+        del out[""]  # a v2 line beside v1 hierarchies: not ours to use
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the watchdog's view of a process tree
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and all its descendants (from /proc/PID/task/TID/children)."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        with contextlib.suppress(OSError, ValueError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo.extend(int(p) for p in f.read().split())
+    return found
+
+
+def tree_memory(root: int) -> tuple[int, int]:
+    """Resident bytes and process count of the tree under ``root``."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = count = 0
+    for pid in tree(root):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * page
+            count += 1
+    return total, count
+
+
+def alive(pid: int) -> bool:
+    """Is ``pid`` a live process (not gone, not a zombie)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

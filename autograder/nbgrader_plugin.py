@@ -1,0 +1,196 @@
+"""The trusted grading engine inside nbgrader, through nbgrader's own configuration.
+
+The course's ``nbgrader_config.py`` sets nbgrader's documented converter traits
+``Autograde.sanitize_preprocessors`` and ``Autograde.autograde_preprocessors`` to :data:`SANITIZE`
+and :data:`AUTOGRADE`: nbgrader's lists with two changes.
+
+* :class:`CheckSubmission` comes first: it refuses a submission holding anything but regular files
+  (:mod:`autograder.submission`), removing whatever nbgrader already copied through a link, and
+  replaces lone surrogates in the notebook's text, which could not be written back as UTF-8.
+* :class:`TrustedExecute` replaces ``Execute``: the notebook runs in attn-grade's sandbox and
+  every graded cell's outputs are written from verdicts reached outside it
+  (:mod:`autograder.engine`), so ``SaveAutoGrades`` — nbgrader's own — scores what the grader
+  decided and nothing the notebook displayed.
+
+So plain ``nbgrader autograde`` and ``attn-grade batch`` grade with the same engine and give the
+same scores; ``attn-grade batch`` only adds parallel workers (:func:`supply` hands their results
+to :class:`TrustedExecute`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    IgnorePattern,
+    LimitOutput,
+    NbGraderPreprocessor,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
+from traitlets import Float, Integer, Unicode
+
+from . import submission
+from .limits import Limits
+from .template import shared
+
+
+class CheckSubmission(NbGraderPreprocessor):
+    """Refuse links and special files in a submission; make the notebook's text writable."""
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        coursedir = CourseDirectory(config=self.config)
+        folder = Path(
+            coursedir.format_path(
+                coursedir.submitted_directory, info["student"], info["assignment"]
+            )
+        )
+        found = submission.problems(folder, folder.parent)
+        if found:
+            dest = Path(
+                coursedir.format_path(
+                    coursedir.autograded_directory, info["student"], info["assignment"]
+                )
+            )
+            shutil.rmtree(dest, ignore_errors=True)  # nbgrader copied it before any hook ran
+            raise submission.Refused(
+                f"the submission of {submission.shown(info['student'])} is refused: "
+                + "; ".join(found)
+            )
+        _scrub_notebook(nb)
+        return nb, resources
+
+
+def _scrub_notebook(nb) -> None:
+    from .protocol import scrub
+
+    for cell in nb.cells:
+        if isinstance(cell.get("source"), str):
+            cell.source = scrub(cell.source)
+    scrub(nb.metadata)
+    for cell in nb.cells:
+        scrub(cell.metadata)
+
+
+# ---------------------------------------------------------------------------------------------
+# execution
+
+
+Supplier = Callable[[str, str, dict, dict], dict | None]
+_supplier: Supplier | None = None
+_kept: dict | None = None
+
+
+@contextlib.contextmanager
+def supply(lookup: Supplier | None = None, kept: dict | None = None) -> Iterator[None]:
+    """While in this block, :class:`TrustedExecute` first asks ``lookup(student, notebook, nb,
+    files)`` for a result graded elsewhere (attn-grade's workers; None: grade it here), and puts
+    every result it applies into ``kept[notebook]`` (for the feedback)."""
+    global _supplier, _kept
+    previous = _supplier, _kept
+    _supplier = lookup if lookup is not None else _supplier
+    _kept = kept if kept is not None else _kept
+    try:
+        yield
+    finally:
+        _supplier, _kept = previous
+
+
+def fingerprint(nb: dict, files: dict[str, bytes]) -> str:
+    """What a grading result depends on: the code cells, graded-cell metadata, the files."""
+    h = hashlib.sha256()
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        src = cell.get("source", "")
+        h.update(json.dumps([cell.get("cell_type"), src, meta], sort_keys=True).encode())
+    for name in sorted(files):
+        h.update(
+            name.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(files[name]).digest()
+        )
+    return h.hexdigest()
+
+
+class TrustedExecute(NbGraderPreprocessor):
+    """nbgrader's ``Execute`` step done by attn-grade's engine (see the module doc)."""
+
+    timeout = Float(
+        None,
+        allow_none=True,
+        help="Seconds per cell and per call (default: ExecutePreprocessor.timeout)",
+    ).tag(config=True)
+    budget = Float(300.0, help="Seconds for a whole notebook, checks included").tag(config=True)
+    memory_mb = Integer(2048, help="Memory of a submission's whole sandbox (MB)").tag(config=True)
+    processes = Integer(64, help="Processes of a submission's sandbox").tag(config=True)
+    max_output = Integer(2 * 2**20, help="Characters of output kept per notebook").tag(config=True)
+    isolation = Unicode(
+        "namespaces",
+        help="'namespaces' (bubblewrap and Linux namespaces) or 'none': never for a class",
+    ).tag(config=True)
+
+    def limits(self) -> Limits:
+        timeout = self.timeout
+        if timeout is None:
+            configured = self.config.get("ExecutePreprocessor", {}).get("timeout")
+            timeout = float(configured) if isinstance(configured, int | float) else 30.0
+        return Limits(
+            timeout=timeout,
+            budget=self.budget,
+            memory_mb=self.memory_mb,
+            cpu_seconds=int(max(120, self.budget)),
+            processes=self.processes,
+            max_output=self.max_output,
+        )
+
+    def preprocess(self, nb, resources):
+        from . import engine
+
+        info = resources["nbgrader"]
+        folder = resources.get("metadata", {}).get("path") or "."
+        files = submission.files_beside(Path(folder))
+        plain = json.loads(json.dumps(nb))
+        result = _supplier(info["student"], info["notebook"], plain, files) if _supplier else None
+        if result is None:
+            template = shared(info["assignment"], self.isolation)
+            result = engine.grade(plain, template, self.limits(), files).as_dict()
+        apply(nb, result)
+        if _kept is not None:
+            _kept[info["notebook"]] = result
+        return nb, resources
+
+
+def apply(nb, result: dict) -> None:
+    """Put a grading result's outputs into the notebook's code cells."""
+    import nbformat
+
+    cells = result.get("cells", {})
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        rec = cells.get(str(index)) or {"outputs": [], "execution_count": None}
+        cell.outputs = [nbformat.from_dict(o) for o in rec["outputs"]]
+        cell.execution_count = rec.get("execution_count")
+
+
+SANITIZE = [CheckSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+            CheckCellMetadata]  # fmt: skip
+AUTOGRADE = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+             SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]  # fmt: skip
+
+
+def configure(config) -> None:
+    """Set nbgrader's autograde pipeline to attn-grade's (what ``nbgrader_config.py`` does)."""
+    config.Autograde.sanitize_preprocessors = SANITIZE
+    config.Autograde.autograde_preprocessors = AUTOGRADE

@@ -1,0 +1,132 @@
+"""What a cell's outputs may hold once they reach the trusted side, and what a graded cell shows.
+
+:func:`clean` rebuilds every output from the sandbox from scratch: only the four nbformat output
+types, only ``text/plain`` and PNG/JPEG images (no HTML, JavaScript, SVG or widget state, so no
+learner markup reaches a feedback page unescaped), every string capped, the whole notebook within
+one budget of characters that the sandbox cannot lift.
+
+:func:`graded` writes a graded test cell's outputs *from the grader's verdicts*. nbgrader scores a
+test cell from its outputs — no points for an ``error`` or a ``stderr`` stream, a partial score read
+from the first ``execute_result`` — so here nothing from the sandbox can carry a score: every
+``execute_result`` becomes a ``display_data``, and a failed verdict always ends in an error output.
+The sandbox's own errors stay (learner code can only lower its own grade); when every verdict
+passed, its ``stderr`` text is relabelled as ``stdout``, so a correct answer that warns keeps its
+points.
+"""
+
+from __future__ import annotations
+
+import re
+
+MIME = ("text/plain", "image/png", "image/jpeg")
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+MAX_OUTPUTS = 500  # per cell
+MAX_LINES = 50  # of a traceback
+
+
+def error(ename: str, evalue: str, note: str = "") -> dict:
+    tb = [f"{ename}: {evalue}"] + ([note] if note else [])
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": tb}
+
+
+def stream(name: str, text: str) -> dict:
+    return {"output_type": "stream", "name": name, "text": text}
+
+
+def clean(raw: object, budget: int) -> tuple[list[dict], int]:
+    """Outputs rebuilt from ``raw`` within ``budget`` characters; and the characters spent."""
+    out: list[dict] = []
+    left = budget
+    cut = False
+    for item in raw[:MAX_OUTPUTS] if isinstance(raw, list) else []:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("output_type")
+        if kind == "stream":
+            name = "stderr" if item.get("name") == "stderr" else "stdout"
+            text, left, cut = _take(_text(item.get("text")), left, cut)
+            if text:
+                out.append(stream(name, text))
+        elif kind in ("display_data", "execute_result"):
+            data, left, cut = _data(item.get("data"), left, cut)
+            if data:
+                entry = {"output_type": kind, "data": data, "metadata": {}}
+                if kind == "execute_result":
+                    count = item.get("execution_count")
+                    entry["execution_count"] = count if type(count) is int else None
+                out.append(entry)
+        elif kind == "error":
+            ename = _text(item.get("ename"))[:200] or "Error"
+            evalue, left, cut = _take(_text(item.get("evalue"))[:2000], left, cut, force=200)
+            lines = item.get("traceback")
+            lines = [_text(x)[:2000] for x in lines[-MAX_LINES:]] if isinstance(lines, list) else []
+            kept = []
+            for line in lines:
+                line, left, cut = _take(line, left, cut)
+                if line:
+                    kept.append(line)
+            out.append({"output_type": "error", "ename": ename, "evalue": evalue,
+                        "traceback": kept or [f"{ename}: {evalue}"]})  # fmt: skip
+    if cut:
+        out.append(
+            stream("stdout", "\n[output truncated by the grader: the notebook showed too much]\n")
+        )
+    return out, budget - left
+
+
+def _text(value: object) -> str:
+    if isinstance(value, list):
+        value = "".join(v for v in value if isinstance(v, str))
+    return value if isinstance(value, str) else ""
+
+
+def _take(text: str, left: int, cut: bool, force: int = 0) -> tuple[str, int, bool]:
+    """``text`` within ``left`` characters (``force`` are always kept, e.g. an error's name)."""
+    if len(text) <= left:
+        return text, left - len(text), cut
+    keep = max(left, min(force, len(text)))
+    return text[:keep], max(left - keep, 0), True
+
+
+def _data(data: object, left: int, cut: bool) -> tuple[dict, int, bool]:
+    if not isinstance(data, dict):
+        return {}, left, cut
+    out = {}
+    for mime in MIME:
+        value = _text(data.get(mime))
+        if not value:
+            continue
+        if mime != "text/plain":
+            if len(value) > left or not _BASE64.fullmatch(value):
+                cut = cut or len(value) > left
+                continue
+            out[mime], left = value, left - len(value)
+        else:
+            value, left, cut = _take(value, left, cut)
+            out[mime] = value
+    return out, left, cut
+
+
+def graded(sandbox: list[dict], verdicts: list) -> list[dict]:
+    """A graded test cell's outputs from the grader's verdicts (see the module doc)."""
+    failed = [v for v in verdicts if not v.passed]
+    out = []
+    for o in sandbox:
+        if o["output_type"] == "execute_result":
+            o = {"output_type": "display_data", "data": o["data"], "metadata": {}}
+        elif o["output_type"] == "stream" and o["name"] == "stderr" and verdicts and not failed:
+            o = stream("stdout", "[stderr] " + o["text"])
+        out.append(o)
+    if not verdicts:
+        out.append(error(
+            "NotCheckable",
+            "this test cell has no hidden check the grader can run outside the notebook; "
+            "grade it by hand",
+        ))  # fmt: skip
+    elif failed:
+        text = " ".join(v.feedback() for v in failed)
+        out.append(error("AssertionError", text, "(the grader's checks, run outside the notebook)"))
+    else:
+        names = ", ".join(v.name for v in verdicts)
+        out.append(stream("stdout", f"✓ {names}: checked by the grader\n"))
+    return out

@@ -1,0 +1,361 @@
+"""The one message protocol between the trusted grader and the sandbox that runs learner code.
+
+The trusted side drives; the sandbox only answers. Every exchange is one *request* from the trusted
+side and exactly one *reply*, which echoes the request's ``seq``. Anything else the sandbox writes —
+an unasked message, a reply out of turn, a malformed or oversized frame — is a protocol violation:
+the trusted side stops reading, kills the sandbox and records the fault. No message can extend a
+deadline: deadlines belong to the requests (see :mod:`autograder.runner`).
+
+Frame (both directions)::
+
+    4-byte big-endian header length | header: a UTF-8 JSON object | buffer 0 | buffer 1 | ...
+
+``header["_buffers"]`` lists the byte lengths of the buffers that follow (raw array data).
+
+Requests (trusted → sandbox); every reply carries ``seq`` and ``ok``:
+
+==========  =======================================  ==============================================
+op          request fields                           reply fields when ``ok``
+==========  =======================================  ==============================================
+setup       ``files``: {relative path: buffer}       —
+run         ``cell``, ``source``, ``record``,        ``cell``, ``outputs`` (nbformat outputs),
+            ``verdicts`` {name: {passed, feedback}}  ``execution_count``
+describe    ``name``                                 ``defined``, ``callable``, ``type``
+call        ``name``, ``args``, ``kwargs`` (values)  ``result``, ``args``, ``kwargs`` (values, after
+                                                     the call: in-place changes show)
+value       ``name``                                 ``defined``, ``value``
+bye         —                                        (no reply: the sandbox exits)
+==========  =======================================  ==============================================
+
+A failed request replies ``{"ok": false, "ename": ..., "evalue": ...}`` (the learner's exception).
+Before any of this, the sandbox's processes say :data:`HELLO` (raw bytes, not a frame), which the
+kernel sends with ``SCM_CREDENTIALS``, so the trusted side learns their process ids
+(:mod:`autograder.template`); :data:`FAILED` and a reason instead mean the set-up failed.
+
+Values are trees of JSON objects: scalars and strings as themselves, tuples, lists, sets and dicts
+by kind, arrays as a dtype, a shape and the index of a raw buffer. Decoding builds only built-in
+containers, scalars and fresh base-class ``numpy.ndarray`` objects of numeric dtype: nothing made
+by learner code is unpickled or called on the trusted side; anything else arrives as an inert
+stand-in that remembers only its type name (so a check can still say "got NoneType").
+
+Bounds, enforced by the reader on everything it receives (:data:`BOUNDS`): header and buffer sizes,
+buffer count, nesting depth, items per container, entries per set or dict; strings are scrubbed of
+lone surrogates (which cannot be written as UTF-8). Sets and dict keys hold only scalars — ints
+below 2**61 - 1, floats, strings, booleans, None — whose hashes an attacker cannot make collide
+in bulk, so every decode takes time linear in the message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import select
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one message may hold."""
+
+    header: int = 8 * 2**20  # bytes of JSON header
+    buffers: int = 256  # raw buffers per message
+    buffer_bytes: int = 64 * 2**20  # bytes of all buffers of a message
+    depth: int = 20  # nesting of values
+    items: int = 100_000  # items of one list or tuple
+    entries: int = 1_000  # entries of one set or dict
+    seconds: float = 30.0  # a message that has begun must arrive whole within this
+
+
+BOUNDS = Bounds()
+HELLO = b"hello"  # the sandbox's first bytes, sent with SCM_CREDENTIALS
+FAILED = b"fail:"  # sent instead when setting the sandbox up failed; the reason follows
+HASH_MODULUS = 2**61 - 1  # CPython's integer hashes repeat with this period
+_NUMERIC = "biufc"
+
+
+class ProtocolError(Exception):
+    """The other side sent something that is not a valid message, or broke the turn order."""
+
+
+class Closed(ProtocolError):
+    """The other side went away (EOF) before a whole message arrived."""
+
+
+class Timeout(ProtocolError):
+    """No message arrived in time."""
+
+
+# ---------------------------------------------------------------------------------------------
+# framing
+
+
+def send(sock: socket.socket, header: dict, buffers: list[bytes] = ()) -> None:
+    """Send one message (blocking)."""
+    header = {**header, "_buffers": [len(b) for b in buffers]}
+    raw = json.dumps(header, allow_nan=True, ensure_ascii=True).encode()
+    sock.sendall(struct.pack(">I", len(raw)) + raw)
+    for b in buffers:
+        sock.sendall(b)
+
+
+def recv(
+    sock: socket.socket, deadline: float | None = None, bounds: Bounds = BOUNDS
+) -> tuple[dict, list[bytes]]:
+    """Receive one message before ``deadline`` (``time.monotonic()``; None waits forever).
+
+    Raises :class:`Timeout` when none has begun by then (nothing was read: the stream is still in
+    step), :class:`Closed` at end of file, :class:`ProtocolError` for anything malformed or over
+    ``bounds``.
+    """
+    if deadline is not None and not _wait(sock, deadline):
+        raise Timeout("no message in time")
+    finish = time.monotonic() + bounds.seconds
+    if deadline is not None:
+        finish = min(finish, max(deadline, time.monotonic()) + 1.0)
+    (size,) = struct.unpack(">I", _read(sock, 4, finish))
+    if size > bounds.header:
+        raise ProtocolError(f"a message header of {size} bytes (at most {bounds.header})")
+    try:
+        header = json.loads(_read(sock, size, finish))
+    except (ValueError, RecursionError) as error:
+        raise ProtocolError(f"a malformed message header: {str(error)[:200]}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("a message header must be a JSON object")
+    sizes = header.pop("_buffers", [])
+    if not isinstance(sizes, list) or not all(type(n) is int and n >= 0 for n in sizes):
+        raise ProtocolError("a malformed buffer list")
+    if len(sizes) > bounds.buffers:
+        raise ProtocolError(f"{len(sizes)} buffers in one message (at most {bounds.buffers})")
+    if sum(sizes) > bounds.buffer_bytes:
+        raise ProtocolError(f"{sum(sizes)} bytes of buffers (at most {bounds.buffer_bytes})")
+    return scrub(header), [_read(sock, n, finish) for n in sizes]
+
+
+def _wait(sock: socket.socket, deadline: float) -> bool:
+    left = deadline - time.monotonic()
+    return bool(select.select([sock], [], [], max(left, 0))[0])
+
+
+def _read(sock: socket.socket, n: int, finish: float) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        if not _wait(sock, finish):
+            raise ProtocolError("a message stopped half-way")
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            raise Closed("the other side closed the connection")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(tree: object) -> object:
+    """``tree`` with every string's lone surrogates replaced by U+FFFD (iterative, linear)."""
+    fix = _scrub_text
+    root = [tree]
+    stack: list[tuple[object, object]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        value = parent[key]
+        if isinstance(value, str):
+            parent[key] = fix(value)
+        elif isinstance(value, list):
+            stack.extend((value, i) for i in range(len(value)))
+        elif isinstance(value, dict):
+            for k in list(value):
+                v = value.pop(k)
+                value[fix(k)] = v
+            stack.extend((value, k) for k in value)
+    return root[0]
+
+
+def _scrub_text(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+# ---------------------------------------------------------------------------------------------
+# replies
+
+
+def expect_reply(header: dict, seq: int) -> dict:
+    """The reply to request ``seq``, or :class:`ProtocolError` for anything else."""
+    if header.get("seq") != seq or type(header.get("ok")) is not bool:
+        raise ProtocolError(f"an unexpected message while waiting for reply {seq}")
+    return header
+
+
+def text_field(header: dict, key: str, limit: int = 20_000) -> str:
+    """A string field of a reply, cut to ``limit`` characters (anything else becomes text)."""
+    value = header.get(key, "")
+    return (value if isinstance(value, str) else repr(type(value).__name__))[:limit]
+
+
+# ---------------------------------------------------------------------------------------------
+# values
+
+
+def encode(value: object, buffers: list[bytes], depth: int = 0, bounds: Bounds = BOUNDS) -> object:
+    """A JSON-able tree for ``value``; array data is appended to ``buffers``."""
+    if depth > bounds.depth:
+        return {"t": "opaque", "type": "too deeply nested"}
+    kind = type(value)
+    if value is None or kind in (bool, str):
+        return {"t": "py", "v": value}
+    if kind is int:
+        return {"t": "py", "v": value} if abs(value) < 2**63 else {"t": "bigint", "v": str(value)}
+    if kind is float:
+        return {"t": "float", "v": value if math.isfinite(value) else repr(value)}
+    if kind in (tuple, list, set, frozenset):
+        items = list(value)[: bounds.items]
+        return {"t": kind.__name__, "items": [encode(v, buffers, depth + 1) for v in items]}
+    if kind is dict:
+        pairs = list(value.items())[: bounds.entries]
+        return {
+            "t": "dict",
+            "items": [
+                [encode(k, buffers, depth + 1), encode(v, buffers, depth + 1)] for k, v in pairs
+            ],
+        }
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        try:
+            value = value.detach().to("cpu")
+            value = value.float() if value.dtype == torch.bfloat16 else value
+            value = value.numpy()
+        except Exception:  # noqa: BLE001 — an odd tensor is just opaque
+            return _opaque(value)
+    if isinstance(value, np.generic) and value.dtype.kind in _NUMERIC:
+        return _array(np.asarray(value), buffers, scalar=True)
+    if isinstance(value, tuple | list):  # a subclass: keep only the items, as the base type
+        base = tuple if isinstance(value, tuple) else list
+        return encode(base(value), buffers, depth)
+    try:
+        array = np.array(value, copy=True, subok=False)
+    except Exception:  # noqa: BLE001
+        return _opaque(value)
+    if array.dtype.kind in _NUMERIC and array.dtype.fields is None:
+        return _array(array, buffers)
+    return _opaque(value)
+
+
+def _opaque(value: object) -> dict:
+    return {"t": "opaque", "type": type(value).__name__}
+
+
+def _array(array: np.ndarray, buffers: list[bytes], scalar: bool = False) -> dict:
+    array = np.ascontiguousarray(array)
+    dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    buffers.append(array.astype(dtype, copy=False).tobytes())
+    return {
+        "t": "nd",
+        "dtype": dtype.str,
+        "shape": list(array.shape),
+        "b": len(buffers) - 1,
+        "scalar": scalar,
+    }
+
+
+_STANDINS: dict[str, type] = {}
+
+
+def standin(type_name: str) -> object:
+    """An inert object whose class is called ``type_name``: what an unreadable value becomes."""
+    name = re.sub(r"\W", "_", str(type_name))[:60] or "object"
+    if name[0].isdigit():
+        name = "_" + name
+    cls = _STANDINS.get(name)
+    if cls is None:
+        cls = _STANDINS[name] = type(name, (), {"__repr__": lambda self: f"<{name}>"})
+    return cls()
+
+
+def decode(tree: object, buffers: list[bytes], depth: int = 0, bounds: Bounds = BOUNDS) -> object:
+    """Rebuild a value from :func:`encode`'s tree: built-ins and plain numeric arrays only."""
+    if depth > bounds.depth + 1 or not isinstance(tree, dict):
+        raise ProtocolError("a malformed value")
+    t = tree.get("t")
+    if t == "py":
+        v = tree.get("v")
+        if v is None or type(v) in (bool, int, str):
+            return v
+        raise ProtocolError("a malformed scalar")
+    if t == "bigint":
+        text = str(tree.get("v"))
+        if len(text) > 400 or not re.fullmatch(r"-?\d+", text):
+            raise ProtocolError("a malformed integer")
+        return int(text)
+    if t == "float":
+        v = tree.get("v")
+        if type(v) in (int, float):
+            return float(v)
+        return float(v) if v in ("inf", "-inf", "nan") else math.nan
+    if t in ("tuple", "list"):
+        items = [decode(v, buffers, depth + 1, bounds) for v in _items(tree, bounds.items)]
+        return tuple(items) if t == "tuple" else items
+    if t in ("set", "frozenset"):
+        items = [decode(v, buffers, depth + 1, bounds) for v in _items(tree, bounds.entries)]
+        return (set if t == "set" else frozenset)(_key(v) for v in items)
+    if t == "dict":
+        out = {}
+        for pair in _items(tree, bounds.entries):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ProtocolError("a malformed dict")
+            out[_key(decode(pair[0], buffers, depth + 1, bounds))] = decode(
+                pair[1], buffers, depth + 1, bounds
+            )
+        return out
+    if t == "nd":
+        return _decode_array(tree, buffers)
+    if t == "opaque":
+        return standin(str(tree.get("type", "object"))[:60])
+    raise ProtocolError(f"an unknown value kind {str(t)[:40]!r}")
+
+
+def _items(tree: dict, limit: int) -> list:
+    items = tree.get("items")
+    if not isinstance(items, list):
+        raise ProtocolError("a malformed container")
+    if len(items) > limit:
+        raise ProtocolError(f"a container of {len(items)} items (at most {limit})")
+    return items
+
+
+def _key(value: object) -> object:
+    """A set member or dict key: scalars only, and none whose hash repeats in bulk."""
+    if value is None or type(value) in (bool, float, str):
+        return value
+    if type(value) is int and -HASH_MODULUS < value < HASH_MODULUS:
+        return value
+    raise ProtocolError(
+        "sets and dict keys may hold only strings, floats, booleans, None and integers "
+        f"smaller than 2**61 - 1 (got {type(value).__name__})"
+    )
+
+
+def _decode_array(tree: dict, buffers: list[bytes]) -> object:
+    try:
+        dtype = np.dtype(str(tree["dtype"]))
+        shape = tuple(int(n) for n in tree["shape"])
+        data = buffers[int(tree["b"])]
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        raise ProtocolError(f"a malformed array: {error}") from None
+    if dtype.kind not in _NUMERIC or dtype.fields is not None or dtype.subdtype is not None:
+        raise ProtocolError(f"arrays must be numeric, got dtype {dtype}")
+    if (
+        len(shape) > 32
+        or any(n < 0 for n in shape)
+        or math.prod(shape) * dtype.itemsize != len(data)
+    ):
+        raise ProtocolError("array data does not match its shape")
+    array = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    return array[()] if tree.get("scalar") and array.ndim == 0 else array

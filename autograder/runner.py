@@ -1,0 +1,286 @@
+"""Run one notebook's cells in a sandbox, with every limit enforced from this side.
+
+:class:`Runner` sends one request at a time (:mod:`autograder.protocol`) and waits for its reply
+until a deadline that nothing the sandbox sends can move: the per-cell (or per-call) timeout, and
+the notebook's whole budget, whichever comes first. While it waits it watches the sandbox's memory
+(:mod:`autograder.limits`). Whatever goes wrong is the sandbox's fault and is recorded against the
+cell (or check) at hand:
+
+* a cell over time is interrupted (SIGINT, as Jupyter does); if it does not stop, or a call over
+  time, the sandbox is killed;
+* a dead sandbox (``os._exit``, a crash, a limit), an unasked or malformed message, a reply out of
+  turn: the sandbox is killed.
+
+After a kill the next request starts a fresh sandbox and replays, silently, the cells that ran
+cleanly before, so later cells still run (up to ``Limits.restarts`` times). What a cell shows is
+cleaned and capped here (:mod:`autograder.outputs`), however much the sandbox sent.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from dataclasses import dataclass, field
+
+from attnlib.checks._core import Abort
+
+from . import outputs as outputs_mod
+from . import protocol
+from .limits import Limits
+from .template import Sandbox, SandboxError, Template
+
+TICK = 0.05  # seconds between memory checks while waiting
+
+
+class Fault(Abort):
+    """The sandbox failed a request: an error output for the cell or check at hand."""
+
+    def __init__(self, ename: str, evalue: str):
+        super().__init__(f"{ename}: {evalue}")
+        self.ename, self.evalue = ename, evalue
+
+    def output(self) -> dict:
+        return outputs_mod.error(self.ename, self.evalue)
+
+
+class _Late(Exception):
+    """No reply before the deadline."""
+
+
+@dataclass
+class Ran:
+    """What one cell did: its outputs (cleaned, capped) and execution count."""
+
+    outputs: list[dict] = field(default_factory=list)
+    execution_count: int | None = None
+    ok: bool = True  # ran to completion in a sandbox that is still alive
+
+
+@dataclass
+class Runner:
+    """Drives one notebook in a sandbox from ``template``; see the module doc."""
+
+    template: Template
+    limits: Limits
+    files: dict[str, bytes] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    box: Sandbox | None = None
+    replay: list[tuple[int, str]] = field(default_factory=list)  # cells that ran cleanly
+    launches: int = 0
+    kept: int = 0  # output characters kept so far
+    notes: list[str] = field(default_factory=list)
+    peak: int = 0  # most memory seen while measuring (see measure())
+    _measuring: bool = False
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.limits.budget
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    # -- cells --------------------------------------------------------------------------------
+
+    def run(self, index: int, source: str, verdicts: dict | None = None) -> Ran:
+        """Run one cell; its outputs, or the fault that stopped it."""
+        try:
+            reply, _ = self._ask(
+                {"op": "run", "cell": index, "source": source, "record": True,
+                 "verdicts": verdicts or {}},
+                timeout=self.limits.timeout,
+                on_late=self._interrupt,
+            )  # fmt: skip
+        except Fault as fault:
+            return Ran([fault.output()], None, ok=False)
+        except _Interrupted as late:
+            ran = self._record(late.reply)
+            ran.outputs.append(outputs_mod.error(
+                "CellTimeoutError",
+                f"this cell ran longer than {self.limits.timeout:g} s and was interrupted",
+            ))  # fmt: skip
+            ran.ok = False
+            return ran
+        ran = self._record(reply)
+        self.replay.append((index, source))
+        return ran
+
+    def _record(self, reply: dict) -> Ran:
+        budget = max(self.limits.max_output - self.kept, 0)
+        cleaned, spent = outputs_mod.clean(reply.get("outputs"), budget)
+        self.kept += spent
+        count = reply.get("execution_count")
+        return Ran(cleaned, count if type(count) is int else None)
+
+    def _interrupt(self, seq: int) -> dict:
+        """A cell over time: SIGINT, then a short wait for it to stop on its own."""
+        self.box.interrupt()
+        reply, _ = self._reply(seq, time.monotonic() + 3)
+        return reply
+
+    # -- requests for the checks ---------------------------------------------------------------
+
+    def request(self, header: dict, buffers: list[bytes] = ()) -> tuple[dict, list[bytes]]:
+        """One request about the learner's namespace; :class:`Fault` if the sandbox fails it."""
+        return self._ask(header, buffers, timeout=self.limits.timeout)
+
+    def measure(self, header: dict, buffers: list[bytes] = ()) -> tuple[dict, list[bytes], int]:
+        """A request, and the most memory the whole sandbox held above its level before it."""
+        box = self._sandbox()
+        base, _ = box.memory()
+        if box.cgroup is not None:
+            box.cgroup.reset_peak()
+        self.peak, self._measuring = base, True
+        try:
+            reply, got = self.request(header, buffers)
+        finally:
+            self._measuring = False
+        top = box.cgroup.peak() if box.cgroup is not None else self.peak
+        return reply, got, max(top - base, 0)
+
+    # -- the machinery ---------------------------------------------------------------------------
+
+    def _sandbox(self) -> Sandbox:
+        if self.box is not None:
+            return self.box
+        while True:
+            if self.launches > self.limits.restarts:
+                raise Fault("NotRun", "the notebook's process was restarted too many times")
+            if self.left() <= 0:
+                raise Fault("BudgetExceeded", self._budget_text())
+            self.launches += 1
+            try:
+                self.box = self.template.spawn(self.limits)
+            except SandboxError as error:
+                self.notes.append(str(error))
+                raise Fault("SandboxError", str(error)) from None
+            try:
+                self._setup()
+                return self.box
+            except Fault as fault:
+                self.notes.append(f"restarting: {fault.evalue}")
+                continue
+
+    def _setup(self) -> None:
+        names, blobs = {}, []
+        for name, data in self.files.items():
+            names[name] = len(blobs)
+            blobs.append(data)
+        self._send_and_wait({"op": "setup", "files": names}, blobs, self.limits.timeout)
+        for index, source in list(self.replay):
+            reply, _ = self._send_and_wait(
+                {"op": "run", "cell": index, "source": source, "record": False, "verdicts": {}},
+                [],
+                self.limits.timeout,
+            )
+            if not reply.get("ok"):
+                raise Fault("ReplayFailed", f"cell {index} failed when replayed")
+
+    def _ask(self, header, buffers=(), *, timeout: float, on_late=None) -> tuple[dict, list[bytes]]:
+        self._sandbox()
+        reply, got = self._send_and_wait(header, buffers, timeout, on_late)
+        if not reply.get("ok") and header.get("op") != "run":
+            raise _learner_error(reply)
+        return reply, got
+
+    def _send_and_wait(self, header, buffers, timeout: float, on_late=None):
+        box = self.box
+        budget_bound = self.left() < timeout
+        deadline = min(time.monotonic() + timeout, self.deadline)
+        try:
+            seq = box.request(header, buffers)
+            try:
+                return self._reply(seq, deadline)
+            except _Late:
+                if on_late is None or budget_bound:
+                    raise
+                raise _Interrupted(on_late(seq)) from None
+        except _Interrupted:
+            raise
+        except _Late:
+            self._kill()
+            if budget_bound:
+                raise Fault("BudgetExceeded", self._budget_text()) from None
+            what = "this cell" if header.get("op") == "run" else "your code"
+            raise Fault(
+                "CellTimeoutError" if header.get("op") == "run" else "TimeoutError",
+                f"{what} ran longer than {timeout:g} s and was stopped (an infinite loop?)",
+            ) from None
+        except _OverMemory as over:
+            self._kill()
+            raise Fault("MemoryLimit", str(over)) from None
+        except protocol.Closed:
+            self._kill()
+            raise Fault("ProcessDied", self._death_text()) from None
+        except (protocol.ProtocolError, OSError) as error:
+            self._kill()
+            raise Fault(
+                "ProtocolViolation",
+                f"the notebook's process broke the grader's protocol ({error}) and was stopped",
+            ) from None
+
+    def _reply(self, seq: int, deadline: float) -> tuple[dict, list[bytes]]:
+        sock = self.box.sock
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Late()
+            wait = min(left, 0.002 if self._measuring else TICK)
+            if select.select([sock], [], [], wait)[0]:
+                header, got = protocol.recv(sock, deadline + 1)
+                return protocol.expect_reply(header, seq), got
+            self._watch()
+
+    def _watch(self) -> None:
+        held, count = self.box.memory()
+        if self._measuring:
+            self.peak = max(self.peak, held)
+        if self.box.cgroup is None and held > self.limits.memory_mb * 2**20:
+            raise _OverMemory(
+                f"the notebook's processes held {held / 2**20:.0f} MB, over the limit of "
+                f"{self.limits.memory_mb} MB, and were stopped"
+            )
+
+    def _death_text(self) -> str:
+        if self.box is not None and self.box.cgroup is not None and self.box.cgroup.out_of_memory():
+            return (
+                f"the process running this notebook was stopped at its memory limit "
+                f"({self.limits.memory_mb} MB)"
+            )
+        return (
+            "the process running this notebook ended (os._exit, a crash, or a limit: "
+            f"{self.limits.memory_mb} MB of memory, {self.limits.cpu_seconds} s of CPU)"
+        )
+
+    def _budget_text(self) -> str:
+        return (
+            f"the notebook used up its time budget of {self.limits.budget:g} s "
+            "(cells and checks together)"
+        )
+
+    def _kill(self) -> None:
+        if self.box is not None:
+            self.box.close()
+            self.box = None
+
+    def close(self) -> None:
+        self._kill()
+
+
+class _Interrupted(Exception):
+    def __init__(self, reply: dict):
+        super().__init__("interrupted")
+        self.reply = reply
+
+
+class _OverMemory(Exception):
+    pass
+
+
+def _learner_error(reply: dict) -> Exception:
+    """The learner's exception, rebuilt as a fresh exception class of the same name."""
+    import re
+
+    name = re.sub(r"\W", "_", protocol.text_field(reply, "ename", 60)) or "Error"
+    if name[0].isdigit():
+        name = "_" + name
+    return type(name, (Exception,), {})(protocol.text_field(reply, "evalue", 2000))

@@ -1,0 +1,273 @@
+"""Run a notebook's cells with IPython and answer the trusted side's requests.
+
+This runs inside the sandbox, in a process forked from the template (which already imported
+NumPy, PyTorch, matplotlib, IPython and the lesson's edition of attnlib, and built the shell). It
+executes code cells with an :class:`~IPython.core.interactiveshell.InteractiveShell` (magics and
+``%matplotlib inline`` work as in a Jupyter kernel), turns what a cell printed, displayed or raised
+into nbformat outputs, and answers each request of :mod:`autograder.protocol` with one reply.
+
+Nothing here is trusted: learner code runs in this process and may change any of it. The trusted
+side reads only plain data from it, caps what it keeps, and decides every grade itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Callable
+
+from .. import protocol
+from . import verdicts
+
+MISSING = object()
+WORKDIR = "/tmp/work"
+
+
+class Sink:
+    """Collects one cell's outputs as nbformat output dicts, within a byte budget.
+
+    The budget only saves work: the trusted side caps what it keeps whatever this says.
+    """
+
+    def __init__(self, budget: int = 4 * 2**20):
+        self.budget = budget
+        self.outputs: list[dict] = []
+
+    def begin(self) -> None:
+        self.outputs = []
+
+    def _spend(self, n: int) -> bool:
+        if n <= self.budget:
+            self.budget -= n
+            return True
+        self.budget = 0
+        return False
+
+    def stream(self, name: str, text: str) -> None:
+        if not text:
+            return
+        if not self._spend(len(text)):
+            text = text[:1000] + "\n... output truncated: the notebook printed too much ...\n"
+        last = self.outputs[-1] if self.outputs else None
+        if last and last["output_type"] == "stream" and last["name"] == name:
+            last["text"] += text
+        else:
+            self.outputs.append({"output_type": "stream", "name": name, "text": text})
+
+    def data(self, output_type: str, data: dict, metadata: dict, count: int | None = None) -> None:
+        clean = {str(k): v for k, v in data.items() if isinstance(v, str | dict | list)}
+        if not self._spend(sum(len(str(v)) for v in clean.values())):
+            return
+        out = {"output_type": output_type, "data": clean, "metadata": dict(metadata or {})}
+        if output_type == "execute_result":
+            out["execution_count"] = count
+        self.outputs.append(out)
+
+    def error(self, ename: str, evalue: str, traceback: list[str]) -> None:
+        tb = [str(line)[:5000] for line in traceback[-100:]]
+        self.outputs.append(
+            {"output_type": "error", "ename": ename, "evalue": evalue[:20000], "traceback": tb}
+        )
+
+    def clear(self) -> None:
+        self.outputs = []
+
+
+class Stream(io.TextIOBase):
+    """``sys.stdout`` / ``sys.stderr`` of the learner's code: text goes to the sink."""
+
+    def __init__(self, sink: Sink, name: str):
+        self.sink, self.name_ = sink, name
+
+    @property
+    def name(self) -> str:
+        return f"<{self.name_}>"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        text = str(text)
+        self.sink.stream(self.name_, text)
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        pass
+
+
+def make_shell(sink: Sink):
+    """An InteractiveShell whose displays, results and errors land in ``sink``."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    class Publisher(DisplayPublisher):
+        def publish(
+            self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs
+        ) -> None:
+            sink.data("display_data", data, metadata or {})
+
+        def clear_output(self, wait=False) -> None:
+            sink.clear()
+
+    class Hook(DisplayHook):
+        def write_output_prompt(self) -> None:
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None) -> None:
+            sink.data("execute_result", format_dict, md_dict or {}, self.prompt_count)
+
+        def finish_displayhook(self) -> None:
+            self._is_active = False
+
+    class Shell(InteractiveShell):
+        displayhook_class = Hook
+        display_pub_class = Publisher
+
+        def enable_gui(self, gui=None):
+            pass
+
+        def _showtraceback(self, etype, evalue, stb):
+            try:
+                text = str(evalue)
+            except Exception:  # noqa: BLE001 — a learner's exception may not print
+                text = "<unprintable>"
+            sink.error(getattr(etype, "__name__", "Error"), text, [str(s) for s in stb])
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.xmode = "Context"
+    shell = Shell.instance(config=config)
+    with contextlib.suppress(Exception):
+        shell.enable_matplotlib("inline")  # what ipykernel's MPLBACKEND default gives
+    return shell
+
+
+class Executor:
+    """Answers requests: run a cell, describe or call a function, read a value."""
+
+    def __init__(self, shell, sink: Sink):
+        self.shell, self.sink = shell, sink
+        self.out, self.err = Stream(sink, "stdout"), Stream(sink, "stderr")
+        self.handlers: dict[str, Callable[[dict, list[bytes]], tuple[dict, list[bytes]]]] = {
+            "setup": self.setup,
+            "run": self.run,
+            "describe": self.describe,
+            "call": self.call,
+            "value": self.value,
+        }
+
+    def serve(self, sock) -> None:
+        """One reply per request, until ``bye`` or the trusted side goes away."""
+        sys.stdout, sys.stderr = self.out, self.err
+        while True:
+            try:
+                request, buffers = protocol.recv(sock)
+            except protocol.ProtocolError:
+                return
+            op = request.get("op")
+            if op == "bye":
+                return
+            handler = self.handlers.get(op)
+            try:
+                if handler is None:
+                    raise ValueError(f"unknown request {str(op)[:40]!r}")
+                reply, blobs = handler(request, buffers)
+                reply = {"ok": True, **reply}
+            except BaseException as error:  # noqa: BLE001 — nothing may stop the loop but death
+                reply, blobs = {"ok": False, **_describe_error(error)}, []
+            sys.stdout, sys.stderr = self.out, self.err
+            protocol.send(sock, {**reply, "seq": request.get("seq")}, blobs)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def setup(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        """Write the files that sit beside the notebook into the working directory."""
+        files = request.get("files") or {}
+        for name, index in files.items():
+            path = os.path.normpath(os.path.join(WORKDIR, str(name)))
+            if not path.startswith(WORKDIR + os.sep):
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(buffers[int(index)])
+        return {}, []
+
+    def run(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        verdicts.CURRENT.clear()
+        given = request.get("verdicts")
+        if isinstance(given, dict):
+            verdicts.CURRENT.update(given)
+        self.sink.begin()
+        sys.stdout, sys.stderr = self.out, self.err
+        try:
+            self.shell.run_cell(str(request.get("source", "")), store_history=True)
+        except BaseException as error:  # noqa: BLE001
+            self.sink.error(type(error).__name__, "the cell could not run", [repr(error)[:2000]])
+        finally:
+            verdicts.CURRENT.clear()
+        outputs = self.sink.outputs if request.get("record", True) else []
+        return {
+            "cell": request.get("cell"),
+            "outputs": outputs,
+            "execution_count": self.shell.execution_count - 1,
+        }, []
+
+    def _lookup(self, request: dict) -> object:
+        return self.shell.user_ns.get(str(request.get("name", "")), MISSING)
+
+    def describe(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        value = self._lookup(request)
+        return {
+            "defined": value is not MISSING,
+            "callable": value is not MISSING and callable(value),
+            "type": type(value).__name__,
+        }, []
+
+    def call(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        fn = self._lookup(request)
+        args = protocol.decode(request.get("args"), buffers)
+        kwargs = protocol.decode(request.get("kwargs"), buffers)
+        if not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
+            raise ValueError("malformed call")
+        quiet = _quiet()
+        with quiet():
+            result = fn(*args, **kwargs)
+        blobs: list[bytes] = []
+        return {
+            "result": protocol.encode(result, blobs),
+            "args": protocol.encode(list(args), blobs),
+            "kwargs": protocol.encode(dict(kwargs), blobs),
+        }, blobs
+
+    def value(self, request: dict, buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        value = self._lookup(request)
+        if value is MISSING:
+            return {"defined": False}, []
+        blobs: list[bytes] = []
+        return {"defined": True, "value": protocol.encode(value, blobs)}, blobs
+
+
+def _quiet():
+    """The course's ``quiet()``: learner code may warn without its warnings costing points."""
+    try:
+        from attnlib.checks.silence import quiet
+    except ImportError:  # noqa: BLE001 — a learner who broke the import only loses the silence
+        return contextlib.nullcontext
+    return quiet
+
+
+def _describe_error(error: BaseException) -> dict:
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001
+        text = "<unprintable>"
+    return {"ename": type(error).__name__[:200], "evalue": text[:2000]}

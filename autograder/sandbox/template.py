@@ -1,0 +1,152 @@
+"""The template: a warm process that forks one clean sandbox per submission.
+
+``python -m autograder.sandbox.template FD ISOLATE`` is started by the trusted side
+(:mod:`autograder.template`), inside bubblewrap's read-only view when isolation is on. It imports
+NumPy, PyTorch, matplotlib, IPython and the lesson's edition of attnlib, builds the IPython shell,
+makes its memory unreadable to others, and then waits on its control socket (file descriptor
+``FD``). It never receives a submission: the only request is "fork", which carries a fresh socket
+(``SCM_RIGHTS``) and nothing else. So every sandbox starts from a process that never held another
+student's data.
+
+For each request the template forks a *child*, which closes the control socket and says hello on
+the fresh socket (the kernel attaches its process id, ``SCM_CREDENTIALS``), waits for ``go`` with
+the limits (the trusted side has meanwhile put it in its own cgroups), enters new namespaces
+(:mod:`.confine`) and forks the *init*, which forks the *executor*. The executor drops every
+capability, says hello again (so the trusted side knows whom to interrupt) and serves requests
+(:mod:`.executor`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import sys
+import warnings
+
+from .. import protocol
+from . import confine
+from .executor import WORKDIR, Executor, Sink, make_shell
+
+
+def warm_up() -> tuple[object, Sink]:
+    """Import and exercise what every notebook needs, once, before any fork."""
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        import matplotlib
+
+        matplotlib.use("agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+        import torch  # noqa: F401
+
+        import attnlib.checks  # noqa: F401  — the edition: verdicts come from the grader
+        import attnlib.mastery  # noqa: F401
+        import autograder.hidden  # noqa: F401
+
+        for name in ("attnlib.numpy", "attnlib.torch", "attnlib.viz", "attnlib.measure"):
+            with contextlib.suppress(Exception):
+                __import__(name)
+        sink = Sink()
+        shell = make_shell(sink)
+        fig = plt.figure(figsize=(2, 2))
+        fig.gca().imshow(np.eye(3))
+        fig.savefig(io.BytesIO(), format="png")
+        plt.close(fig)
+    return shell, sink
+
+
+def main(argv: list[str]) -> None:
+    control = socket.socket(fileno=int(argv[1]))
+    isolate = argv[2] == "1"
+    shell, sink = warm_up()
+    confine.no_dumps()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    protocol.send(control, {"ev": "ready", "pid": os.getpid()})
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(devnull, std)
+    while True:
+        try:
+            _, fds, _, _ = socket.recv_fds(control, 16, 1)
+        except OSError:
+            return
+        if not fds:  # the trusted side closed the control socket: we are done
+            return
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            sock = socket.socket(fileno=fds[0])
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                control.close()
+                child(sock, isolate, shell, sink)
+                status = 0
+            except BaseException as error:  # noqa: BLE001 — never return into the template
+                with contextlib.suppress(BaseException):
+                    sock.sendall(
+                        protocol.FAILED + f"{type(error).__name__}: {error}"[:2000].encode()
+                    )
+            finally:
+                os._exit(status)
+        for fd in fds:
+            os.close(fd)
+
+
+def child(sock: socket.socket, isolate: bool, shell, sink: Sink) -> None:
+    """The per-submission process chain: child → init → executor (see the module doc)."""
+    confine.die_with_parent()
+    confine.isolate_fds(sock)
+    sock.sendmsg([protocol.HELLO])
+    go, _ = protocol.recv(sock)
+    limits = go.get("limits") or {}
+    if isolate:
+        confine.enter_namespaces()
+    first = os.fork()  # the init when isolated, else the executor itself
+    if first:
+        os._exit(_wait(first))
+    confine.die_with_parent()
+    if isolate:
+        confine.make_root(int(limits.get("tmp_mb", 64)))
+        executor = os.fork()
+        if executor:
+            os._exit(confine.reap_until(executor))
+        confine.die_with_parent()
+    else:
+        os.setsid()
+    os.makedirs(WORKDIR, exist_ok=True)
+    os.chdir(WORKDIR)
+    os.environ.update({"HOME": WORKDIR, "TMPDIR": "/tmp", "PWD": WORKDIR})
+    confine.set_limits(
+        confine.mapped_bytes() + int(limits.get("memory_mb", 2048)) * 2**20,
+        int(limits.get("cpu_seconds", 600)),
+        int(limits.get("processes", 64)) if isolate else None,
+    )
+    if isolate:
+        confine.drop_capabilities()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sock.sendmsg([protocol.HELLO])
+    Executor(shell, sink).serve(sock)
+
+
+def _wait(pid: int) -> int:
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            return 1
+        except InterruptedError:
+            continue
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,303 @@
+"""Verdicts decided on the trusted side: the hidden checks, run here on the learner's functions.
+
+A graded test cell names what it checks — ``check("softmax", softmax)``,
+``answer("02-softmax-masking", "q1", q1)`` (:func:`hidden_calls`). Before the cell runs, each is
+checked *here*, in the grader's process, with its own NumPy and :mod:`attnlib.checks`: the
+learner's function stays in the sandbox and is called through :class:`Proxy`, which sends plain
+arrays in and gets plain arrays back (:mod:`autograder.protocol`); a mastery answer is read as plain
+data and judged by :mod:`attnlib.quiz`. Nothing the notebook prints, displays or sends decides a
+verdict, and the sandbox holds neither the checks nor the answer keys nor attnlib's implementation
+of the exercise (:mod:`autograder.view`), so there is nothing in it to patch or call instead.
+
+One route to the course's implementation remains open whatever the sandbox holds: copying its
+source text. :func:`copied_from_attnlib` compares the learner's function with attnlib's, names and
+docstrings aside, and such a copy earns no points.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlib import checks, quiz
+from attnlib.checks._core import Outcome, run
+
+from . import protocol
+from .runner import Fault, Runner
+
+
+@dataclass(frozen=True)
+class Call:
+    """One hidden check in a graded cell: ``check(exercise, ident)`` or ``answer(...)``."""
+
+    cell: int
+    kind: str  # "check" | "answer"
+    name: str  # exercise name, or question key
+    ident: str  # the notebook variable it is called on
+    lesson: str = ""
+
+
+def hidden_calls(cell_index: int, source: str, reports: bool = False) -> list[Call]:
+    """The ``check("softmax", softmax)`` / ``answer("02-…", "q1", q1)`` calls of a test cell.
+
+    With ``reports``, the visible ``report("softmax", softmax)`` lines count too (the self-check
+    of a released notebook, whose hidden checks are gone).
+    """
+    kinds = ("check", "assert_correct", "report") if reports else ("check", "assert_correct")
+    try:
+        tree = ast.parse(strip_magics(source))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        args = node.args
+        consts = [a.value if isinstance(a, ast.Constant) else None for a in args]
+        if name in kinds and len(args) >= 2:
+            if isinstance(consts[0], str) and isinstance(args[1], ast.Name):
+                if consts[0] in checks.EXERCISES:
+                    found.append(Call(cell_index, "check", consts[0], args[1].id))
+        elif name == "answer" and len(args) >= 3:
+            if isinstance(consts[0], str) and isinstance(consts[1], str):
+                if isinstance(args[2], ast.Name):
+                    found.append(Call(cell_index, "answer", consts[1], args[2].id, consts[0]))
+    return list(dict.fromkeys(found))
+
+
+def strip_magics(source: str) -> str:
+    """Drop IPython magics and shell escapes (``%matplotlib inline``, ``!pip``)."""
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
+
+
+@dataclass
+class Verdict:
+    """The grader's verdict on one hidden call of a graded cell."""
+
+    cell: int
+    kind: str
+    name: str
+    passed: bool
+    message: str = ""
+    read: str = ""
+
+    def feedback(self) -> str:
+        if self.passed:
+            return f"{self.name}: correct."
+        where = f" (Read: {self.read}.)" if self.read else ""
+        return f"{self.name}: {self.message}{where}"
+
+    def shown(self) -> dict:
+        """What the sandbox's ``report``/``check``/``answer`` print for this verdict."""
+        return {"passed": self.passed, "feedback": self.feedback()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the learner's function, at arm's length
+
+
+class Proxy:
+    """Stands for the learner's function ``ident``: calls it in the sandbox, on plain data."""
+
+    def __init__(self, runner: Runner, ident: str):
+        self.runner, self.ident = runner, ident
+
+    def _call(self, args: tuple, kwargs: dict, measure: bool) -> tuple[object, int]:
+        blobs: list[bytes] = []
+        header = {
+            "op": "call",
+            "name": self.ident,
+            "args": protocol.encode(tuple(args), blobs),
+            "kwargs": protocol.encode(dict(kwargs), blobs),
+        }
+        if measure:
+            reply, got, used = self.runner.measure(header, blobs)
+        else:
+            (reply, got), used = self.runner.request(header, blobs), 0
+        try:
+            result = protocol.decode(reply.get("result"), got)
+            after_args = protocol.decode(reply.get("args"), got)
+            after_kwargs = protocol.decode(reply.get("kwargs"), got)
+        except protocol.ProtocolError as error:
+            raise ValueError(f"returned something unreadable ({error})") from None
+        _write_back(list(args), after_args)
+        if isinstance(after_kwargs, dict):
+            _write_back(list(kwargs.values()), [after_kwargs.get(k) for k in kwargs])
+        return result, used
+
+    def __call__(self, *args, **kwargs):
+        return self._call(args, kwargs, measure=False)[0]
+
+    def peak(self, fn, *args, **kwargs) -> tuple[object, int]:
+        """:func:`attnlib.checks._core.traced_peak`'s part, measured on the whole sandbox."""
+        if fn is not self:
+            raise TypeError("the grader measures only the learner's own function")
+        return self._call(args, kwargs, measure=True)
+
+
+def _write_back(originals: list, afters: object) -> None:
+    """Copy in-place changes the learner's code made to its inputs back onto ours."""
+    afters = list(afters) if isinstance(afters, list | tuple) else []
+    for i, original in enumerate(originals):
+        if not isinstance(original, np.ndarray):
+            continue
+        after = afters[i] if i < len(afters) else None
+        if isinstance(after, np.ndarray) and after.shape == original.shape:
+            np.copyto(original, after, casting="unsafe")
+        elif original.dtype.kind == "f":
+            original[...] = np.nan  # changed beyond recognition: the check will say so
+
+
+# ---------------------------------------------------------------------------------------------
+# verdicts
+
+
+def check(runner: Runner, call: Call, sources: list[str]) -> Verdict:
+    """The verdict on ``call``, reached here (see the module doc)."""
+    if call.kind == "answer":
+        return _answer(runner, call)
+    exercise = checks.EXERCISES[call.name]
+
+    def verdict(passed: bool, message: str = "", read: str = exercise.read) -> Verdict:
+        return Verdict(call.cell, "check", call.name, passed, message, read)
+
+    try:
+        info, _ = runner.request({"op": "describe", "name": call.ident})
+    except Fault as fault:
+        return verdict(False, f"could not be checked: {fault.evalue}")
+    except Exception as error:  # noqa: BLE001 — the learner's code failed the request
+        return verdict(False, f"could not be checked ({type(error).__name__}: {error})")
+    if not info.get("defined"):
+        return verdict(False, f"{call.ident} is not defined (run the cell that defines it)")
+    if not info.get("callable"):
+        kind = protocol.text_field(info, "type", 60)
+        return verdict(False, f"{call.name} is not a function (got {kind})")
+    copied = copied_from_attnlib(sources, call.name)
+    if copied:
+        return verdict(False, f"{call.name} is a copy of {copied}; that earns no points. "
+                              f"Write {call.name} yourself")  # fmt: skip
+    proxy = Proxy(runner, call.ident)
+    try:
+        outcome = run(exercise, proxy, peak=proxy.peak)
+    except Fault as fault:
+        outcome = Outcome(call.name, False, f"could not be checked: {fault.evalue}", exercise.read)
+    except Exception as error:  # noqa: BLE001 — the checks themselves failed on this answer
+        outcome = Outcome(
+            call.name,
+            False,
+            f"the checks failed on this answer ({type(error).__name__}: {error})",
+            exercise.read,
+        )
+    return verdict(outcome.passed, outcome.message, outcome.read)
+
+
+def _answer(runner: Runner, call: Call) -> Verdict:
+    def verdict(passed: bool, message: str = "") -> Verdict:
+        return Verdict(call.cell, "answer", call.name, passed, message)
+
+    try:
+        question = quiz.question(call.lesson, call.name)
+    except ValueError as error:
+        return verdict(False, str(error))
+    try:
+        reply, got = runner.request({"op": "value", "name": call.ident})
+        value = protocol.decode(reply.get("value"), got) if reply.get("defined") else None
+    except Fault as fault:
+        return verdict(False, f"could not be read: {fault.evalue}")
+    except Exception as error:  # noqa: BLE001 — unreadable, oversized, or the sandbox failed
+        return verdict(False, f"could not be read ({error})")
+    if question.accepts(value):
+        return verdict(True)
+    return verdict(False, f"not right yet. Revisit: {question.topic}.")
+
+
+# ---------------------------------------------------------------------------------------------
+# copies of the course's own implementation
+
+
+def copied_from_attnlib(sources: list[str], exercise: str) -> str | None:
+    """Which attnlib function the learner's ``def exercise`` copies, if it is one of them."""
+    learner = _last_definition(sources, exercise)
+    if learner is None:
+        return None
+    shape = _shape(learner)
+    for where, reference in _references(exercise):
+        if shape == reference:
+            return where
+    return None
+
+
+def _last_definition(sources: list[str], name: str) -> ast.FunctionDef | None:
+    found = None
+    for source in sources:
+        try:
+            tree = ast.parse(strip_magics(source))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                found = node
+    return found
+
+
+@functools.cache
+def _references(exercise: str) -> tuple[tuple[str, str], ...]:
+    import attnlib.numpy
+    import attnlib.torch
+
+    out = []
+    for backend in (attnlib.numpy, attnlib.torch):
+        fn = getattr(backend, exercise, None)
+        try:
+            source = inspect.getsource(fn)
+        except (TypeError, OSError):
+            continue
+        node = ast.parse(source.strip()).body[0]
+        if isinstance(node, ast.FunctionDef):
+            out.append((f"attnlib's own {backend.__name__}.{exercise}", _shape(node)))
+    return tuple(out)
+
+
+def _shape(node: ast.FunctionDef) -> str:
+    """The function's code with docstrings, annotations and the names it binds taken out."""
+    node = _Canonical().visit(ast.parse(ast.unparse(node)).body[0])
+    return ast.dump(node, annotate_fields=False, include_attributes=False)
+
+
+class _Canonical(ast.NodeTransformer):
+    """Names bound inside the function (arguments, assignments) become ``v0, v1, …``."""
+
+    def __init__(self):
+        self.names: dict[str, str] = {}
+
+    def _rename(self, name: str) -> str:
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.name = "f"
+        node.returns = None
+        node.decorator_list = []
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:] or [ast.Pass()]
+        node.body = body
+        for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+            arg.arg, arg.annotation = self._rename(arg.arg), None
+        for arg in (node.args.vararg, node.args.kwarg):
+            if arg is not None:
+                arg.arg, arg.annotation = self._rename(arg.arg), None
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if isinstance(node.ctx, ast.Store) or node.id in self.names:
+            node.id = self._rename(node.id)
+        return node

@@ -1,0 +1,102 @@
+"""What a submission may be: regular files in plain folders, nothing followed, nothing special.
+
+A student controls what is in their submission folder. A symbolic link there could point at
+another student's notebook (graded as theirs) or at the gradebook (copied into their feedback); a
+FIFO or device could hang or flood the grader. So a submission is refused, with a message naming
+the entry, when anything in it — the notebook included — is not a regular file or a directory;
+and the grader reads files with ``O_NOFOLLOW``, never through a link. Folder and file names that
+are not valid UTF-8 are refused the same way: nbgrader's gradebook and the reports could not
+spell them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+MAX_FILES = 200
+MAX_BYTES = 64 * 2**20  # of files beside the notebooks, in all
+
+
+class Refused(Exception):
+    """A submission that is not graded; the message says why, for the student and instructor."""
+
+
+def shown(name: str) -> str:
+    """A file or folder name as text that any report can print (undecodable bytes escaped)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def problems(folder: Path, student_dir: Path | None = None) -> list[str]:
+    """Why ``folder`` (a student's submission of one lesson) cannot be graded; empty if fine."""
+    found = []
+    for path in [p for p in (student_dir, folder) if p is not None]:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError as error:
+            return [f"{shown(str(path))} cannot be read ({error.strerror})"]
+        if not stat.S_ISDIR(mode):
+            found.append(f"{shown(path.name)} is {_kind(mode)}, not a folder")
+    if found:
+        return found
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in [*dirnames, *filenames]:
+            count += 1
+            path = os.path.join(dirpath, name)
+            rel = shown(os.path.relpath(path, folder))
+            if shown(name) != name:
+                found.append(f"{rel}: the name is not valid UTF-8")
+                continue
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                found.append(f"{rel} is {_kind(mode)}; a submission holds only regular files")
+        if count > MAX_FILES:
+            found.append(f"more than {MAX_FILES} files")
+            break
+    return found
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISREG(mode):
+        return "a file"
+    return "not a regular file"
+
+
+def read(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """A regular file's bytes, never through a link (``O_NOFOLLOW``), at most ``limit``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(f"{shown(Path(path).name)} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise Refused(f"{shown(Path(path).name)} is larger than {limit // 2**20} MB")
+    return data
+
+
+def files_beside(folder: Path, limit: int = MAX_BYTES) -> dict[str, bytes]:
+    """The regular files in ``folder`` other than notebooks (what the notebook may open)."""
+    files, total = {}, 0
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".ipynb_checkpoints")]
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if name.endswith(".ipynb") or not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            data = read(Path(path), limit - total)
+            total += len(data)
+            files[os.path.relpath(path, folder)] = data
+    return files

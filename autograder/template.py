@@ -1,0 +1,266 @@
+"""The trusted side's handles on a template and on the sandboxes it forks.
+
+:class:`Template` starts ``autograder.sandbox.template`` — inside bubblewrap's view
+(:mod:`autograder.view`) when isolation is on — and keeps it warm. :meth:`Template.spawn` gives a
+:class:`Sandbox`: a fresh process tree for one submission, with its own namespaces, its own cgroup
+when the machine offers one (:class:`~autograder.limits.Cgroup`), limits, and a socket that speaks
+:mod:`autograder.protocol`. Closing a sandbox kills every process it started; closing a template
+kills the template and its view. Both also die with this process (``--die-with-parent``,
+``PR_SET_PDEATHSIG``), so a killed grader leaves nothing running.
+
+Isolation is one of:
+
+* ``"namespaces"`` — bubblewrap + fresh namespaces per submission (the default where possible);
+* ``"none"`` — a plain forked process with resource limits, for a learner's own self-check on a
+  machine without bubblewrap, or when an instructor explicitly asks for it (``--no-isolation``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from . import identity, protocol, view
+from . import limits as limits_mod
+from .limits import Cgroup, Limits
+
+_CREDS = struct.calcsize("3i")
+_serial = itertools.count()
+
+
+class SandboxError(RuntimeError):
+    """A template or sandbox could not be started."""
+
+
+@dataclass
+class Sandbox:
+    """One submission's running sandbox (see the module doc)."""
+
+    sock: socket.socket
+    child: int  # host pid of the template's child: the root of the sandbox's process tree
+    executor: int  # host pid of the process that runs the learner's cells
+    cgroup: Cgroup | None = None
+    seq: itertools.count = field(default_factory=itertools.count)
+
+    def request(self, header: dict, buffers: list[bytes] = ()) -> int:
+        """Send a request; return its sequence number (the reply must echo it)."""
+        seq = next(self.seq)
+        protocol.send(self.sock, {**header, "seq": seq}, buffers)
+        return seq
+
+    def interrupt(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.executor, signal.SIGINT)
+
+    def memory(self) -> tuple[int, int]:
+        """Resident bytes and processes of the whole sandbox now."""
+        if self.cgroup is not None:
+            return self.cgroup.memory(), len(self.cgroup.pids())
+        return limits_mod.tree_memory(self.child)
+
+    def alive(self) -> bool:
+        return limits_mod.alive(self.executor)
+
+    def close(self) -> None:
+        """Kill every process of the sandbox and wait until they are gone."""
+        with contextlib.suppress(OSError):
+            protocol.send(self.sock, {"op": "bye"})
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        pids = limits_mod.tree(self.child)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        end = time.monotonic() + 5
+        while any(limits_mod.alive(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.005)
+
+
+class Template:
+    """A warm template process for one lesson (see the module doc)."""
+
+    def __init__(self, lesson: str, isolation: str = "namespaces", grading: bool = True):
+        if isolation not in ("namespaces", "none"):
+            raise ValueError(f"isolation is 'namespaces' or 'none', not {isolation!r}")
+        self.lesson, self.isolation, self.grading = lesson, isolation, grading
+        self.claim: identity.Claim | None = None
+        self.process: subprocess.Popen | None = None
+        self.control: socket.socket | None = None
+        self._start()
+
+    @property
+    def isolated(self) -> bool:
+        return self.isolation == "namespaces"
+
+    def _start(self, timeout: float = 300.0) -> None:
+        ours, theirs = socket.socketpair()
+        if self.isolated:
+            problem = view.probe()
+            if problem:
+                raise SandboxError(problem)
+            if os.geteuid() == 0:
+                self.claim = identity.claim()
+            uid = self.claim.uid if self.claim else None
+            argv = view.command(self.lesson, theirs.fileno(), uid, self.grading)
+            env = None
+        else:
+            argv = view.template_argv(theirs.fileno(), isolate=False)
+            env = {**view.environment(self.lesson, self.grading), "PYTHONPATH": _repository()}
+        self.process = subprocess.Popen(
+            argv,
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        theirs.close()
+        self.control = ours
+        try:
+            ready, _ = protocol.recv(ours, time.monotonic() + timeout)
+            if ready.get("ev") != "ready":
+                raise protocol.ProtocolError("the template did not say it was ready")
+        except protocol.ProtocolError as error:
+            detail = self._stderr()
+            self.close()
+            raise SandboxError(f"the sandbox template did not start: {error}. {detail}") from None
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+    def _stderr(self) -> str:
+        if self.process is None or self.process.stderr is None:
+            return ""
+        with contextlib.suppress(Exception):
+            self.process.kill()
+            return self.process.stderr.read().decode("utf-8", "replace")[-2000:]
+        return ""
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def spawn(self, limits: Limits, timeout: float = 30.0) -> Sandbox:
+        """A fresh sandbox for one submission."""
+        if not self.alive():
+            self.close()
+            self._start()
+        ours, theirs = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        cgroup = None
+        try:
+            socket.send_fds(self.control, [b"F"], [theirs.fileno()])
+            theirs.close()
+            deadline = time.monotonic() + timeout
+            child = _hello(ours, deadline)
+            if self.isolated:
+                cgroup = Cgroup.create(
+                    f"attn-grade-{os.getpid()}-{next(_serial)}",
+                    limits.memory_mb * 2**20,
+                    limits.processes,
+                )
+                if cgroup is not None:
+                    cgroup.add(child)
+            protocol.send(ours, {"op": "go", "limits": limits.for_sandbox()})
+            executor = _hello(ours, deadline)
+        except (OSError, protocol.ProtocolError) as error:
+            with contextlib.suppress(OSError):
+                ours.close()
+            if cgroup is not None:
+                cgroup.remove()
+            raise SandboxError(f"a sandbox could not be started: {error}") from None
+        return Sandbox(ours, child, executor, cgroup)
+
+    def close(self) -> None:
+        if self.control is not None:
+            with contextlib.suppress(OSError):
+                self.control.close()
+            self.control = None
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                self.process.kill()
+            with contextlib.suppress(Exception):
+                self.process.wait(timeout=10)
+            self.process = None
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
+
+    def __enter__(self) -> Template:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_shared: dict[tuple[str, str], Template] = {}
+
+
+def shared(lesson: str, isolation: str) -> Template:
+    """This process's warm template for ``lesson`` (started on first use, closed at exit)."""
+    key = (lesson, isolation)
+    template = _shared.get(key)
+    if template is None or not template.alive():
+        if template is not None:
+            template.close()
+        if not _shared:
+            atexit.register(close_shared)
+        template = _shared[key] = Template(lesson, isolation)
+    return template
+
+
+def close_shared() -> None:
+    for template in _shared.values():
+        template.close()
+    _shared.clear()
+
+
+def _hello(sock: socket.socket, deadline: float) -> int:
+    """Read one hello; return the sender's process id as the kernel reported it."""
+    if not select_ready(sock, deadline):
+        raise protocol.Timeout("no hello from the sandbox in time")
+    data, ancillary, _, _ = sock.recvmsg(len(protocol.HELLO), socket.CMSG_SPACE(_CREDS))
+    if data == protocol.FAILED:
+        with contextlib.suppress(OSError):
+            data += sock.recv(4000)
+        reason = data[len(protocol.FAILED) :].decode("utf-8", "replace")
+        raise protocol.ProtocolError(f"setting up the sandbox failed ({reason})")
+    if data != protocol.HELLO:
+        raise protocol.ProtocolError("the sandbox did not say hello")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid, _, _ = struct.unpack("3i", payload[:_CREDS])
+            return pid
+    raise protocol.ProtocolError("the kernel attached no credentials to the hello")
+
+
+def select_ready(sock: socket.socket, deadline: float) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], max(deadline - time.monotonic(), 0))[0])
+
+
+def _die_with_parent() -> None:
+    """In the template's bubblewrap (or plain) process: die when the grader dies."""
+    from .sandbox.confine import PR_SET_PDEATHSIG, prctl
+
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _repository() -> str:
+    """Where the course's packages are importable from, for a template without a view."""
+    import attnlib
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(attnlib.__file__)))

@@ -1,0 +1,289 @@
+"""What a sandbox sees: a read-only view of exactly what learner code needs, built by bubblewrap.
+
+The view holds
+
+* the system's ``/usr`` (and the ``/lib``, ``/bin`` links), the dynamic loader's cache;
+* the Python environment — the base interpreter and the virtual environment — with any installed
+  copy of ``attnlib`` or ``autograder`` hidden under an empty directory;
+* the lesson's *edition* of the course (:func:`edition`) at ``/opt/attn-course``, first on
+  ``PYTHONPATH``: attnlib's implementations of earlier lessons only, the grader's clients in
+  place of the checks, the hidden tests and the quiz answer keys, and the sandbox's own code;
+* a private ``/tmp`` and ``/dev``; nothing of the course (source notebooks, gradebook, other
+  submissions), nothing of the grader's home, no network.
+
+Its environment is an allow-list (:func:`environment`): nothing of the grader's (a hub's API token,
+say) reaches learner code. :func:`command` assembles the bubblewrap command line that starts the
+template in this view; as root, bubblewrap runs privileged and ``setpriv`` drops to the claimed
+sandbox user with no capabilities and ``no_new_privs``; as anyone else, bubblewrap makes a user
+namespace.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import attnlib
+import autograder
+from attnlib import checks
+
+MOUNT = "/opt/attn-course"
+HELPERS = {"_validate", "devices"}  # implementation modules that teach nothing graded
+REAL = {  # attnlib files the sandbox gets as they are (relative to the attnlib package)
+    "__init__.py",
+    "_shapes.py",
+    "mastery.py",
+    "measure.py",
+    "checks/silence.py",
+    "viz/figures.py",
+}
+SANDBOX = ("__init__.py", "protocol.py", "sandbox/__init__.py", "sandbox/confine.py",
+           "sandbox/executor.py", "sandbox/template.py", "sandbox/verdicts.py")  # fmt: skip
+CLIENTS = {  # edition file → where it stands in the view
+    "checks.py": "attnlib/checks/__init__.py",
+    "quiz.py": "attnlib/quiz/__init__.py",
+    "viz.py": "attnlib/viz/__init__.py",
+    "backend.py": ("attnlib/numpy/__init__.py", "attnlib/torch/__init__.py"),
+    "hidden.py": "autograder/hidden.py",
+}
+
+
+class Unavailable(RuntimeError):
+    """The machine cannot build the sandbox (no bubblewrap, or no namespaces for it)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the edition
+
+
+def lesson_index(lesson: str) -> int:
+    """Where ``lesson`` stands in the course (a lesson without checks comes after all)."""
+    order = list(checks.LESSONS)
+    return order.index(lesson) if lesson in order else len(order)
+
+
+@functools.cache
+def module_lessons(backend: str) -> dict[str, int | None]:
+    """For each implementation module of ``attnlib.<backend>``: the lesson it teaches.
+
+    A module's lesson is the latest lesson of the contract exercises it defines or imports from
+    its siblings; ``None`` marks a helper (:data:`HELPERS`). A module that defines no exercise
+    and is not a known helper counts as teaching the last lesson, so a new module is hidden
+    until someone decides otherwise.
+    """
+    package = Path(attnlib.__file__).parent / backend
+    names = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+    own: dict[str, int] = {}
+    deps: dict[str, set[str]] = {}
+    for name in names:
+        module = importlib.import_module(f"attnlib.{backend}.{name}")
+        defined = [
+            checks.EXERCISES[e].lesson
+            for e in checks.EXERCISES
+            if getattr(getattr(module, e, None), "__module__", None) == module.__name__
+        ]
+        if defined:
+            own[name] = max(lesson_index(lesson) for lesson in defined)
+        deps[name] = _sibling_imports(package / f"{name}.py", set(names))
+    last = len(checks.LESSONS) - 1
+
+    def lesson_of(name: str, seen: frozenset = frozenset()) -> int | None:
+        if name in seen:
+            return own.get(name)
+        found = [own[name]] if name in own else []
+        for dep in deps[name]:
+            value = lesson_of(dep, seen | {name})
+            if value is not None:
+                found.append(value)
+        if found:
+            return max(found)
+        return None if name in HELPERS else last
+
+    return {name: lesson_of(name) for name in names}
+
+
+def _sibling_imports(path: Path, siblings: set[str]) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(a.name for a in node.names)
+    return found & siblings
+
+
+def edition(lesson: str) -> dict[str, Path]:
+    """The files of ``lesson``'s edition: path in the view (under :data:`MOUNT`) → source."""
+    course = Path(attnlib.__file__).parent
+    grader = Path(autograder.__file__).parent
+    clients = grader / "sandbox" / "edition"
+    files: dict[str, Path] = {f"attnlib/{rel}": course / rel for rel in REAL}
+    files.update({f"autograder/{rel}": grader / rel for rel in SANDBOX})
+    for source, targets in CLIENTS.items():
+        for target in (targets,) if isinstance(targets, str) else targets:
+            files[target] = clients / source
+    graded = lesson_index(lesson)
+    for backend in ("numpy", "torch"):
+        for name, taught in module_lessons(backend).items():
+            if taught is None or taught < graded:
+                files[f"attnlib/{backend}/{name}.py"] = course / backend / f"{name}.py"
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# bubblewrap
+
+
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def probe() -> str | None:
+    """None when bubblewrap can make this sandbox here, else why not (one sentence)."""
+    path = bwrap()
+    if path is None:
+        return (
+            "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap; "
+            "Fedora: dnf install bubblewrap)"
+        )
+    args = [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
+    if os.geteuid() != 0:
+        args.insert(1, "--unshare-user")
+    try:
+        done = subprocess.run(
+            [*args, "--", "true"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap could not run: {error}"
+    if done.returncode != 0:
+        return (
+            "bubblewrap cannot create namespaces here "
+            f"({done.stderr.strip()[:200] or done.returncode}); unprivileged user namespaces "
+            "may be disabled (sysctl kernel.unprivileged_userns_clone, or AppArmor's "
+            "kernel.apparmor_restrict_unprivileged_userns)"
+        )
+    return None
+
+
+def environment(lesson: str, grading: bool) -> dict[str, str]:
+    """The sandbox's whole environment: an allow-list, nothing inherited."""
+    env = {
+        "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONPATH": MOUNT,
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "MPLCONFIGDIR": "/tmp/matplotlib",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "ATTN_LESSON": lesson,
+    }
+    if grading:
+        env["NBGRADER_EXECUTION"] = "autograde"
+    return env
+
+
+def python_dirs() -> list[str]:
+    """The Python environment the template runs in: base interpreter, venv, site-packages."""
+    dirs = []
+    for path in (sys.base_prefix, sys.prefix, *site.getsitepackages()):
+        path = os.path.realpath(path)
+        if path.startswith("/usr/") or path == "/usr":
+            continue
+        if not any(path == d or path.startswith(d + os.sep) for d in dirs):
+            dirs.append(path)
+    return dirs
+
+
+def hidden_installs() -> list[str]:
+    """Installed copies of the course's packages in site-packages: hidden in the view."""
+    out = []
+    for sitedir in site.getsitepackages():
+        for name in ("attnlib", "autograder"):
+            path = os.path.join(os.path.realpath(sitedir), name)
+            if os.path.isdir(path):
+                out.append(path)
+    return out
+
+
+def command(
+    lesson: str, control_fd: int, uid: int | None, grading: bool = True, tmp_mb: int = 256
+) -> list[str]:
+    """The bubblewrap command that starts the template for ``lesson`` in its view."""
+    args = [
+        bwrap() or "bwrap",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+    ]
+    if uid is None:
+        args.append("--unshare-user")
+    args += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for path in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
+        args += ["--ro-bind-try", path, path]
+    # The template's /proc is the host's, so each sandbox can mount a fresh one of its own
+    # over it (the kernel allows that only where a full /proc is already visible); learner code
+    # never sees this one.
+    args += ["--bind", "/proc", "/proc", "--dev", "/dev"]
+    args += ["--perms", "1777", "--size", str(tmp_mb * 2**20), "--tmpfs", "/tmp"]
+    binds = [(d, d) for d in python_dirs()]
+    binds += [(str(src), f"{MOUNT}/{rel}") for rel, src in sorted(edition(lesson).items())]
+    made: set[str] = {"/", "/usr", "/tmp", "/proc", "/dev"}
+    for src, dest in binds:
+        for parent in _parents(dest):
+            if parent not in made:
+                args += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        args += ["--ro-bind", src, dest]
+        made.add(dest)
+    for path in hidden_installs():
+        args += ["--tmpfs", path, "--remount-ro", path]
+    for key, value in environment(lesson, grading).items():
+        args += ["--setenv", key, value]
+    args += ["--chdir", "/tmp", "--"]
+    if uid is not None:
+        args += [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+        ]
+    return [*args, *template_argv(control_fd, isolate=True)]
+
+
+def template_argv(control_fd: int, isolate: bool) -> list[str]:
+    return [sys.executable, "-m", "autograder.sandbox.template", str(control_fd), str(int(isolate))]
+
+
+def _parents(path: str) -> list[str]:
+    parts = Path(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]

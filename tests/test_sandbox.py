@@ -1,0 +1,312 @@
+"""The sandbox, attacked from inside: each test runs learner code and checks from outside.
+
+One template for lesson 02 serves every test (as in grading); each test gets fresh sandboxes.
+Skipped where bubblewrap cannot run (the whole suite says why once, in test_packaging).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from course import REPO
+
+from autograder import limits as limits_mod
+from autograder import view
+from autograder.limits import Limits
+from autograder.runner import Runner
+from autograder.template import Template
+
+LESSON = "02-softmax-masking"
+SECRET = "hub-token-7d1e0c"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def template():
+    os.environ["JUPYTERHUB_API_TOKEN"] = SECRET  # the grader's environment holds a secret
+    try:
+        with Template(LESSON) as t:
+            yield t
+    finally:
+        del os.environ["JUPYTERHUB_API_TOKEN"]
+
+
+def run(template, *sources: str, limits: Limits | None = None) -> list[dict]:
+    """Run ``sources`` as cells of one fresh sandbox; each cell's outputs."""
+    runner = Runner(template, limits or Limits(timeout=20, budget=120))
+    try:
+        return [runner.run(i, source).outputs for i, source in enumerate(sources)]
+    finally:
+        runner.close()
+
+
+def printed(outputs: list[dict]) -> str:
+    return "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
+
+
+def value(template, source: str, **kwargs):
+    """Run ``source`` (which prints one JSON value) in a fresh sandbox; the value."""
+    outputs = run(template, source, **kwargs)[0]
+    errors = [o for o in outputs if o["output_type"] == "error"]
+    assert not errors, errors
+    return json.loads(printed(outputs).strip().splitlines()[-1])
+
+
+def test_nothing_of_the_course_or_the_grader_is_visible(template):
+    paths = [REPO / "solutions", REPO / "nbgrader_config.py", REPO / "tests", REPO / ".git",
+             REPO / "attnlib" / "quiz" / "answers.py", "/etc/passwd", "/etc/shadow",
+             "/var", "/home", "/srv", "/opt/attn-course/attnlib/quiz/answers.py"]  # fmt: skip
+    source = f"""
+import json, os
+there = [p for p in {[str(p) for p in paths]!r} if os.path.lexists(p)]
+repo = sorted(os.listdir({str(REPO)!r})) if os.path.isdir({str(REPO)!r}) else []
+print(json.dumps([there, repo]))
+"""
+    there, repo = value(template, source)
+    assert there == []
+    assert set(repo) <= {".venv"}  # of the repository, at most the Python environment
+
+
+def test_answer_keys_checks_and_this_lessons_implementations_cannot_be_imported(template):
+    source = """
+import importlib, json
+out = {}
+for name in ("attnlib.quiz.answers", "attnlib.quiz.lesson02", "attnlib.checks.lesson02",
+             "attnlib.checks._core", "attnlib.numpy.softmax", "attnlib.numpy.attention",
+             "attnlib.torch.dot_product", "autograder.scoring", "autograder.batch"):
+    try:
+        importlib.import_module(name)
+        out[name] = "imported"
+    except ImportError as error:
+        out[name] = "refused"
+import attnlib.numpy as an
+try:
+    an.softmax
+    out["an.softmax"] = "there"
+except AttributeError as error:
+    out["an.softmax"] = str(error)
+out["dot_scores"] = an.dot_scores([[1.0, 2.0]], [[3.0, 4.0]]).tolist()  # lesson 01: taught
+print(json.dumps(out))
+"""
+    out = value(template, source)
+    assert out.pop("dot_scores") == [[11.0]]
+    assert "not available while this lesson is graded" in out.pop("an.softmax")
+    assert set(out.values()) == {"refused"}, out
+
+
+def test_the_environment_is_an_allow_list(template):
+    env = value(template, "import json, os\nprint(json.dumps(dict(os.environ)))")
+    assert SECRET not in json.dumps(env)
+    assert set(env) <= set(view.environment(LESSON, grading=True)) | {"PWD", "HOME", "TMPDIR",
+                                                                        "MPLBACKEND"}  # fmt: skip
+
+
+def test_there_is_no_network(template):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    try:
+        source = f"""
+import json, socket
+out = []
+for host in ("127.0.0.1", "1.1.1.1"):
+    try:
+        socket.create_connection((host, {port}), timeout=2)
+        out.append("connected")
+    except OSError as error:
+        out.append(type(error).__name__)
+print(json.dumps(out))
+"""
+        assert "connected" not in value(template, source)
+    finally:
+        server.close()
+
+
+def test_each_sandbox_has_its_own_tmp_processes_and_no_capabilities(template):
+    source = """
+import ctypes, json, os
+open("/tmp/left-behind", "w").write("x")
+libc = ctypes.CDLL(None, use_errno=True)
+caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+procs = sorted(p for p in os.listdir("/proc") if p.isdigit())
+userns = libc.unshare(0x10000000)
+print(json.dumps({"pid": os.getpid(), "procs": procs, "caps": caps, "userns": userns,
+                  "tmp": os.listdir("/tmp"), "host": os.uname().nodename}))
+"""
+    first = value(template, source)
+    second = value(template, source)
+    assert set(first["tmp"]) == set(second["tmp"]) == {"left-behind", "work"}  # its own only
+    assert not os.path.exists("/tmp/left-behind")
+    assert first["pid"] < 10 and len(first["procs"]) <= 3, first  # init, executor (and pid 1)
+    assert int(first["caps"], 16) == 0 and first["userns"] == -1 and first["host"] == "sandbox"
+
+
+def test_a_sandbox_never_sees_what_an_earlier_one_held(template):
+    """The template never holds a submission: a sandbox's memory has no trace of the last one."""
+    part = "5f2a" * 4
+    run(template, f"kept = [('MARKER-' + '{part}') * 5000]")  # one student's data, 100 KB
+    source = f"""
+import json
+needle = (('MARKER-' + '{part}') * 3).encode()  # in memory once, here
+count = 0
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as mem:
+    for line in maps:
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if "r" not in line.split()[1] or hi - lo > 2**28:
+            continue
+        try:
+            mem.seek(lo)
+            count += mem.read(hi - lo).count(needle)
+        except OSError:
+            pass
+print(json.dumps(count))
+"""
+    assert value(template, source) < 10  # the earlier sandbox's block would give thousands
+
+
+def test_tmp_is_capped_and_filling_it_hurts_nobody(template):
+    source = """
+import json
+written = 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        while True:
+            f.write(b"x" * 2**20)
+            written += 1
+except OSError as error:
+    print(json.dumps([written, error.errno]))
+"""
+    written, errno = value(template, source, limits=Limits(timeout=20, tmp_mb=16))
+    assert written <= 16 and errno in (27, 28)  # EFBIG or ENOSPC
+
+
+def test_memory_is_limited_over_all_the_sandboxes_processes(template):
+    """Four processes of 400 MB under a 1024 MB limit: the sandbox cannot hold them all.
+
+    With a cgroup the kernel kills processes until the rest fit; without one the grader's
+    watchdog stops the whole sandbox. Either way no more than the limit is ever held.
+    """
+    source = """
+import json, os, signal, time
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        hog = bytearray(400 * 2**20)
+        for i in range(0, len(hog), 4096):
+            hog[i] = 1
+        time.sleep(4)
+        os._exit(0)
+    children.append(pid)
+killed = sum(os.waitpid(pid, 0)[1] & 0x7f == signal.SIGKILL for pid in children)
+print(json.dumps(killed))
+"""
+    outputs = run(template, source, limits=Limits(timeout=30, memory_mb=1024))[0]
+    errors = [o for o in outputs if o["output_type"] == "error"]
+    if errors:
+        assert errors[-1]["ename"] in ("MemoryLimit", "ProcessDied"), errors
+        assert "memory" in errors[-1]["evalue"]
+    else:
+        assert json.loads(printed(outputs)) >= 2  # at most two of them fit
+
+
+def test_a_fork_bomb_is_bounded(template):
+    source = """
+import os
+n = 0
+try:
+    while n < 10_000:
+        if os.fork() == 0:
+            import time; time.sleep(30); os._exit(0)
+        n += 1
+except OSError as error:
+    print("stopped after", n, error.errno)
+"""
+    text = printed(run(template, source, limits=Limits(timeout=20, processes=32))[0])
+    assert "stopped after" in text and int(text.split()[2]) < 32
+
+
+def test_nothing_outlives_its_sandbox_and_signals_reach_no_one_else(template):
+    marker = "attn-daemon-" + str(os.getpid())
+    source = f"""
+import os, signal, subprocess, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", "{marker}"])
+    os._exit(0)
+time.sleep(0.5)
+for pid in range(1, 50000):
+    try:
+        os.kill(pid, signal.SIGKILL) if pid > 2 else None
+    except OSError:
+        pass
+try:
+    os.kill(-1, signal.SIGTERM)
+except OSError:
+    pass
+print("done")
+"""
+    run(template, source)
+    time.sleep(0.5)
+    survivors = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                survivors.append(pid)
+        except OSError:
+            pass
+    assert survivors == []
+    assert template.alive() and limits_mod.alive(os.getpid())
+
+
+def test_a_killed_grader_leaves_nothing_running(tmp_path):
+    """kill -9 of the grading process: its template and sandbox die with it."""
+    marker = f"attn-orphan-{os.getpid()}"
+    script = tmp_path / "grader.py"
+    script.write_text(f"""
+import sys, time
+from autograder.limits import Limits
+from autograder.runner import Runner
+from autograder.template import Template
+t = Template({LESSON!r})
+r = Runner(t, Limits(timeout=60))
+print("ready", flush=True)
+r.run(0, "import subprocess, sys\\nsubprocess.Popen([sys.executable, '-c', "
+         "'import time; time.sleep(600)', {marker!r}])\\nimport time\\ntime.sleep(600)")
+""")
+    grader = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert grader.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 60
+    while not _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _with_marker(marker), "the sandboxed process never started"
+    grader.kill()
+    grader.wait()
+    deadline = time.monotonic() + 10
+    while _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _with_marker(marker) == []
+
+
+def _with_marker(marker: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                if limits_mod.alive(int(pid)):
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
