@@ -38,6 +38,3 @@ c.Autograde.autograde_preprocessors = AUTOGRADE
 # validate` reads it too. Each notebook also has a budget for all its cells and checks together.
 c.ExecutePreprocessor.timeout = 120
 c.TrustedExecute.budget = 300
-
-# Feedback pages render learner-written Markdown and outputs sanitized: no scripts, no forms.
-c.HTMLExporter.sanitize_html = True

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import glob
 import hashlib
 import io
 import json
@@ -167,10 +166,19 @@ def _app(lesson: str, log_level: str) -> AutogradeApp:
     return app
 
 
+def _limits_for_nbgrader(app: AutogradeApp, limits: Limits, isolation: str) -> None:
+    """The batch's limits for anything TrustedExecute grades itself (one engine, one set)."""
+    config = app.config.TrustedExecute
+    config.timeout, config.budget = limits.timeout, limits.budget
+    config.memory_mb, config.processes = limits.memory_mb, limits.processes
+    config.max_output, config.isolation = limits.max_output, isolation
+
+
 def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult]:
     from tqdm import tqdm
 
     app = _app(lesson, options.log_level)
+    _limits_for_nbgrader(app, options.limits, options.isolation)
     journal = Journal(course, lesson)
     if options.force:
         journal.forget()
@@ -178,8 +186,6 @@ def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult
     for name, folder in _submissions(app.coursedir, lesson):
         shown = submission.shown(name)
         found = submission.problems(folder, folder.parent)
-        if not found and name != name.strip():
-            found = ["the student folder's name begins or ends with a space"]
         if found:
             results.append(StudentResult(shown, "refused", error="; ".join(found)))
             continue
@@ -286,7 +292,7 @@ def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOp
 
     shown = submission.shown(item.name)
     coursedir = app.coursedir
-    coursedir.student_id = glob.escape(item.name)
+    coursedir.student_id = item.name
     log = io.StringIO()
     handler = logging.StreamHandler(log)
     handler.setLevel(logging.ERROR)

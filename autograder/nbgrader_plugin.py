@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -44,11 +45,17 @@ from traitlets import Float, Integer, Unicode
 
 from . import submission
 from .limits import Limits
+from .protocol import scrub
 from .template import shared
 
 
 class CheckSubmission(NbGraderPreprocessor):
-    """Refuse links and special files in a submission; make the notebook's text writable."""
+    """Refuse links and special files in a submission; make the notebook's text safe to show.
+
+    Markdown and raw cells that are not locked are the learner's to write: their HTML is escaped
+    (``<script>`` shows as text in formgrader and in the feedback page), and every string loses
+    its lone surrogates, which could not be written back as UTF-8.
+    """
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
@@ -75,14 +82,14 @@ class CheckSubmission(NbGraderPreprocessor):
 
 
 def _scrub_notebook(nb) -> None:
-    from .protocol import scrub
-
     for cell in nb.cells:
         if isinstance(cell.get("source"), str):
             cell.source = scrub(cell.source)
-    scrub(nb.metadata)
-    for cell in nb.cells:
+            locked = cell.metadata.get("nbgrader", {}).get("locked")
+            if cell.cell_type in ("markdown", "raw") and not locked:
+                cell.source = html.escape(cell.source, quote=False)
         scrub(cell.metadata)
+    scrub(nb.metadata)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,6 +122,7 @@ def fingerprint(nb: dict, files: dict[str, bytes]) -> str:
     for cell in nb.get("cells", []):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
         h.update(json.dumps([cell.get("cell_type"), src, meta], sort_keys=True).encode())
     for name in sorted(files):
         h.update(
@@ -163,6 +171,9 @@ class TrustedExecute(NbGraderPreprocessor):
         plain = json.loads(json.dumps(nb))
         result = _supplier(info["student"], info["notebook"], plain, files) if _supplier else None
         if result is None:
+            if _supplier is not None:
+                who = (info["notebook"], info["student"])
+                self.log.warning("No prepared result for %s of %s: grading it here", *who)
             template = shared(info["assignment"], self.isolation)
             result = engine.grade(plain, template, self.limits(), files).as_dict()
         apply(nb, result)

@@ -187,9 +187,10 @@ def check(runner: Runner, call: Call, sources: list[str]) -> Verdict:
     proxy = Proxy(runner, call.ident)
     try:
         outcome = run(exercise, proxy, peak=proxy.peak)
-    except Fault as fault:
-        outcome = Outcome(call.name, False, f"could not be checked: {fault.evalue}", exercise.read)
     except Exception as error:  # noqa: BLE001 — the checks themselves failed on this answer
+        fault = _fault_in(error)
+        if fault is not None:  # the sandbox failed (hypothesis may have wrapped it)
+            return verdict(False, f"could not be checked: {fault.evalue}")
         outcome = Outcome(
             call.name,
             False,
@@ -197,6 +198,22 @@ def check(runner: Runner, call: Call, sources: list[str]) -> Verdict:
             exercise.read,
         )
     return verdict(outcome.passed, outcome.message, outcome.read)
+
+
+def _fault_in(error: BaseException) -> Fault | None:
+    """The sandbox's fault behind ``error``, if any (inside exception groups and causes)."""
+    seen: set[int] = set()
+    todo = [error]
+    while todo:
+        error = todo.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, Fault):
+            return error
+        todo += list(getattr(error, "exceptions", ()))
+        todo += [error.__cause__, error.__context__]
+    return None
 
 
 def _answer(runner: Runner, call: Call) -> Verdict:

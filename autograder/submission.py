@@ -28,9 +28,23 @@ def shown(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
+def name_problems(student: str) -> list[str]:
+    """Why a student folder's name cannot be graded under (nbgrader globs and strips it)."""
+    if shown(student) != student:
+        return [f"the student folder's name ({shown(student)}) is not valid UTF-8"]
+    if student != student.strip():
+        return [f"the student folder's name ({student}) begins or ends with a space"]
+    if any(c in student for c in "*?[]"):
+        return [f"the student folder's name ({student}) holds *, ?, [ or ], which nbgrader "
+                "reads as a pattern"]  # fmt: skip
+    return []
+
+
 def problems(folder: Path, student_dir: Path | None = None) -> list[str]:
     """Why ``folder`` (a student's submission of one lesson) cannot be graded; empty if fine."""
-    found = []
+    found = name_problems(student_dir.name) if student_dir is not None else []
+    if found:
+        return found
     for path in [p for p in (student_dir, folder) if p is not None]:
         try:
             mode = os.lstat(path).st_mode

@@ -21,12 +21,15 @@ import atexit
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import identity, protocol, view
 from . import limits as limits_mod
@@ -94,6 +97,7 @@ class Template:
             raise ValueError(f"isolation is 'namespaces' or 'none', not {isolation!r}")
         self.lesson, self.isolation, self.grading = lesson, isolation, grading
         self.claim: identity.Claim | None = None
+        self.folder: str | None = None  # the edition's links, without a view
         self.process: subprocess.Popen | None = None
         self.control: socket.socket | None = None
         self._start()
@@ -114,8 +118,10 @@ class Template:
             argv = view.command(self.lesson, theirs.fileno(), uid, self.grading)
             env = None
         else:
+            self.folder = tempfile.mkdtemp(prefix="attn-grade-edition-")
+            view.materialize(self.lesson, Path(self.folder))
             argv = view.template_argv(theirs.fileno(), isolate=False)
-            env = {**view.environment(self.lesson, self.grading), "PYTHONPATH": _repository()}
+            env = {**view.environment(self.lesson, self.grading), "PYTHONPATH": self.folder}
         self.process = subprocess.Popen(
             argv,
             pass_fds=[theirs.fileno()],
@@ -123,6 +129,7 @@ class Template:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=env,
+            cwd=self.folder,  # not this process's: the real attnlib may sit there
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
@@ -197,6 +204,9 @@ class Template:
         if self.claim is not None:
             self.claim.release()
             self.claim = None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
     def __enter__(self) -> Template:
         return self
@@ -257,10 +267,3 @@ def _die_with_parent() -> None:
     from .sandbox.confine import PR_SET_PDEATHSIG, prctl
 
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _repository() -> str:
-    """Where the course's packages are importable from, for a template without a view."""
-    import attnlib
-
-    return os.path.dirname(os.path.dirname(os.path.abspath(attnlib.__file__)))

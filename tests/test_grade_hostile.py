@@ -1,0 +1,232 @@
+"""The hostile corpus, graded in one batch beside honest students, both ways in.
+
+One scratch course of lesson 02: three honest students, students with odd names, and every attack
+of tests/hostile.py. It is graded by ``attn-grade batch`` and, in a copy, by plain ``nbgrader
+autograde`` with the course's ``nbgrader_config.py``; both run with the grader's environment
+holding a secret, as on a hub. Then every honest student must have full marks, every attack
+exactly the points it set out to gain lost, no gradebook copy anywhere a student reads, no
+secret in anything a student reads, nothing left running, and the temp dir as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from course import BIN, REPO, env, make_course, nbgrader
+from hostile import LESSON, MARKER, ODD_NAMES, REFUSED, SECRET, UNGRADABLE_NAMES, corpus
+from nbformat.v4 import new_code_cell, new_markdown_cell
+from nbgrader.api import Gradebook
+from test_grade_students import edit_cell, student_notebook, submit
+
+from autograder import view
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.lesson02,
+    pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
+]
+TIMEOUT, BUDGET = 3, 40
+HONEST = ["honest-a", "honest-b", "honest-c"]
+
+
+def honest_notebook() -> nbformat.NotebookNode:
+    nb = student_notebook(LESSON, {})
+    nb.cells[1].source += f"\n# {MARKER}"
+    return nb
+
+
+def build(course: Path, attacks: dict, nbgrader_only: bool = False) -> None:
+    for name in HONEST + ODD_NAMES:
+        submit(course, LESSON, name, honest_notebook())
+    for name in UNGRADABLE_NAMES:
+        folder = course / "submitted" / os.fsdecode(name) / LESSON
+        folder.mkdir(parents=True)
+        nbformat.write(honest_notebook(), folder / f"{LESSON}.ipynb")
+    submit(course, LESSON, "corrupted", '{"cells": [ this is not a notebook')
+    for name, attack in attacks.items():
+        if nbgrader_only and not attack.nbgrader:
+            continue
+        nb = student_notebook(LESSON, {})
+        for grade_id, source in attack.cells.items():
+            edit_cell(nb, grade_id, source)
+        for source in attack.extra:
+            nb.cells.append(new_code_cell(source))
+        if attack.klass == 6:
+            nb.cells.append(new_markdown_cell("<script>alert('markdown')</script> **bold**"))
+        path = submit(course, LESSON, name, nb)
+        if attack.plant is not None:
+            attack.plant(path.parent, course)
+
+
+def temp_entries() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if not n.startswith("pytest-of-")}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    ours = make_course(tmp_path_factory.mktemp("hostile"), [LESSON])
+    theirs = tmp_path_factory.mktemp("hostile-nbgrader")
+    shutil.copytree(ours, theirs, dirs_exist_ok=True)
+    attacks = corpus(ours, REPO)
+    build(ours, attacks)
+    build(theirs, corpus(theirs, REPO), nbgrader_only=True)
+    with open(theirs / "nbgrader_config.py", "a") as f:
+        f.write(f"\nc.ExecutePreprocessor.timeout = {TIMEOUT}\n")
+        f.write(f"c.TrustedExecute.budget = {BUDGET}\n")
+    before = temp_entries()
+    started = time.monotonic()
+    batch = subprocess.run(
+        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(ours), "--json", "--workers",
+         "3", "--timeout", str(TIMEOUT), "--budget", str(BUDGET)],
+        cwd=ours, env=env(JUPYTERHUB_API_TOKEN=SECRET), capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=1200,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    plain = subprocess.run(
+        [str(BIN / "nbgrader"), "autograde", LESSON], cwd=theirs,
+        env=env(JUPYTERHUB_API_TOKEN=SECRET), capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=1800,
+    )  # fmt: skip
+    time.sleep(6)  # the daemon would strike 4 s after its sandbox ended
+    after = temp_entries()
+    assert batch.stdout.strip(), batch.stderr[-3000:]
+    for course in (ours, theirs):
+        assert nbgrader(course, "generate_feedback", LESSON).returncode in (0, 1)
+    results = {r["student"]: r for r in json.loads(batch.stdout)}
+    return {"ours": ours, "theirs": theirs, "attacks": attacks, "results": results,
+            "seconds": seconds, "plain": plain, "temp": (before, after)}  # fmt: skip
+
+
+def scores(course: Path, student: str) -> dict[str, float] | None:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        try:
+            nb = gb.find_submission_notebook(LESSON, LESSON, student)
+        except Exception:  # noqa: BLE001 — never graded
+            return None
+        if not (course / "autograded" / student / LESSON / f"{LESSON}.ipynb").exists():
+            return None
+        return {g.name: g.score for g in nb.grades}
+
+
+def full(course: Path) -> dict[str, float]:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {c.name: c.max_score for c in gb.find_notebook(LESSON, LESSON).grade_cells}
+
+
+def shown_by_last_cell(course: Path, student: str) -> str:
+    """The text the student's last (appended) cell printed, as graded."""
+    nb = nbformat.read(course / "autograded" / student / LESSON / f"{LESSON}.ipynb", as_version=4)
+    return "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+
+
+def autograded_text(course: Path, student: str) -> str:
+    return (course / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_honest_students_and_odd_names_keep_every_point(graded, way):
+    course = graded[way]
+    for student in HONEST + ODD_NAMES:
+        assert scores(course, student) == full(course), (way, student)
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("name", sorted(corpus(Path("/c"), REPO)))
+def test_no_attack_gains_a_point(graded, way, name):
+    attack = graded["attacks"][name]
+    if way == "theirs" and not attack.nbgrader:
+        pytest.skip("plain nbgrader copies submission files through links before any hook runs")
+    course = graded[way]
+    got = scores(course, name)
+    if attack.lost == REFUSED:
+        assert got is None or sum(got.values()) == 0, got
+        if way == "ours":
+            result = graded["results"][name]
+            assert result["status"] == "refused" and result["score"] is None, result
+            assert "link" in result["error"] or "pipe" in result["error"], result
+        return
+    expected = {cell: points - attack.lost.get(cell, 0) for cell, points in full(course).items()}
+    assert got == expected, (attack.what, got)
+
+
+def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
+    results = graded["results"]
+    for name, why in zip(UNGRADABLE_NAMES, ("not valid UTF-8", "reads as a pattern"), strict=True):
+        shown = name.decode("utf-8", "backslashreplace")
+        assert results[shown]["status"] == "refused" and why in results[shown]["error"]
+    assert results["corrupted"]["status"] == "error" and "JSON" in results["corrupted"]["error"]
+    # three workers; the slowest student is stopped at its budget
+    assert graded["seconds"] < 3 * BUDGET + 240, graded["seconds"]
+    for name in HONEST + ODD_NAMES:
+        assert results[name]["status"] == "graded" and results[name]["score"] == 17
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_nothing_a_student_reads_holds_a_gradebook_or_a_secret(graded, way):
+    course = graded[way]
+    for top in ("autograded", "feedback"):
+        for path in (course / top).rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                assert not data.startswith(b"SQLite format 3"), path
+                assert SECRET.encode() not in data, path
+    spy = shown_by_last_cell(course, "looks-for-other-students")
+    assert spy == "spy: clean\n", spy
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_outputs_are_capped_and_markup_is_escaped_everywhere(graded, way):
+    course = graded[way]
+    path = course / "autograded" / "lifts-its-output-cap" / LESSON / f"{LESSON}.ipynb"
+    assert path.stat().st_size < 4 * 2**20
+    assert "output truncated by the grader" in path.read_text()
+    html = (course / "feedback" / "shows-markup" / LESSON / f"{LESSON}.html").read_text()
+    assert "<script>alert" not in html
+    assert "alert(&#39;stdout&#39;)" in html or "alert('stdout')" in html  # shown, as text
+
+
+def test_feedback_markdown_cannot_be_forged_by_learner_text(graded):
+    text = (graded["ours"] / "autograded" / "fakes-feedback-headings" / LESSON /
+            "attn-feedback.md").read_text()  # fmt: skip
+    lines = text.splitlines()
+    assert sum(line.startswith("### Correct") for line in lines) == 1
+    assert sum(line.startswith("Score:") for line in lines) == 1
+    assert not any(line.lstrip().startswith(("<script", "- ✓ **softmax**")) for line in lines)
+    softmax = next(line for line in lines if line.startswith("- ✗ **softmax**"))
+    assert "`" in softmax and "### Correct" in softmax  # quoted inside a code span
+
+
+def test_gradebook_and_status_agree_on_unwritable_text(graded):
+    result = graded["results"]["prints-a-lone-surrogate"]
+    assert result["status"] == "graded" and result["score"] == 17
+    assert "\ufffd" in autograded_text(graded["ours"], "prints-a-lone-surrogate")
+
+
+def test_nothing_is_left_running_and_the_gradebook_was_not_rewritten(graded):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert b"attn-hostile-daemon" not in cmdline, pid
+    for course in (graded["ours"], graded["theirs"]):
+        assert scores(course, "honest-a") == full(course)
+
+
+def test_the_temp_dir_is_left_as_it_was(graded):
+    before, after = graded["temp"]
+    assert after - before == set()
+
+
+def test_plain_nbgrader_names_the_refused_students(graded):
+    log = graded["plain"].stderr
+    for name in ("links-another-notebook", "links-the-gradebook", "links-another-folder"):
+        assert "refused" in log and name in log, log[-3000:]
