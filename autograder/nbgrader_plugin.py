@@ -199,9 +199,3 @@ SANITIZE = [CheckSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, O
             CheckCellMetadata]  # fmt: skip
 AUTOGRADE = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
              SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]  # fmt: skip
-
-
-def configure(config) -> None:
-    """Set nbgrader's autograde pipeline to attn-grade's (what ``nbgrader_config.py`` does)."""
-    config.Autograde.sanitize_preprocessors = SANITIZE
-    config.Autograde.autograde_preprocessors = AUTOGRADE

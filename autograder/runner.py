@@ -53,7 +53,6 @@ class Ran:
 
     outputs: list[dict] = field(default_factory=list)
     execution_count: int | None = None
-    ok: bool = True  # ran to completion in a sandbox that is still alive
 
 
 @dataclass
@@ -91,14 +90,13 @@ class Runner:
                 on_late=self._interrupt,
             )  # fmt: skip
         except Fault as fault:
-            return Ran([fault.output()], None, ok=False)
+            return Ran([fault.output()], None)
         except _Interrupted as late:
             ran = self._record(late.reply)
             ran.outputs.append(outputs_mod.error(
                 "CellTimeoutError",
                 f"this cell ran longer than {self.limits.timeout:g} s and was interrupted",
             ))  # fmt: skip
-            ran.ok = False
             return ran
         ran = self._record(reply)
         self.replay.append((index, source))

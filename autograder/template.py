@@ -69,9 +69,6 @@ class Sandbox:
             return self.cgroup.memory(), len(self.cgroup.pids())
         return limits_mod.tree_memory(self.child)
 
-    def alive(self) -> bool:
-        return limits_mod.alive(self.executor)
-
     def close(self) -> None:
         """Kill every process of the sandbox and wait until they are gone."""
         with contextlib.suppress(OSError):

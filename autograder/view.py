@@ -55,10 +55,6 @@ CLIENTS = {  # edition file → where it stands in the view
 }
 
 
-class Unavailable(RuntimeError):
-    """The machine cannot build the sandbox (no bubblewrap, or no namespaces for it)."""
-
-
 # ---------------------------------------------------------------------------------------------
 # the edition
 

@@ -10,6 +10,7 @@ secret in anything a student reads, nothing left running, and the temp dir as it
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -85,7 +86,8 @@ def graded(tmp_path_factory):
     started = time.monotonic()
     batch = subprocess.run(
         [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(ours), "--json", "--workers",
-         "3", "--timeout", str(TIMEOUT), "--budget", str(BUDGET)],
+         "3", "--timeout", str(TIMEOUT), "--budget", str(BUDGET),
+         "--csv", str(ours / "grades.csv")],
         cwd=ours, env=env(JUPYTERHUB_API_TOKEN=SECRET), capture_output=True, text=True,
         stdin=subprocess.DEVNULL, timeout=1200,
     )  # fmt: skip
@@ -159,6 +161,10 @@ def test_no_attack_gains_a_point(graded, way, name):
 
 def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
     results = graded["results"]
+    with open(graded["ours"] / "grades.csv", encoding="utf-8", newline="") as f:
+        rows = {row["student"]: row for row in csv.DictReader(f)}
+    assert set(rows) == set(results)  # every name, spellable ones as they are
+    assert rows["stud\\xffent"]["status"] == "refused"
     for name, why in zip(UNGRADABLE_NAMES, ("not valid UTF-8", "reads as a pattern"), strict=True):
         shown = name.decode("utf-8", "backslashreplace")
         assert results[shown]["status"] == "refused" and why in results[shown]["error"]

@@ -108,3 +108,34 @@ def test_plugin_reports_a_corrupted_notebook_as_one_clear_failure(tmp_path):
     result = run_pytest("--attn-notebook", str(broken), cwd=tmp_path)
     assert result.returncode == 1 and "1 failed" in result.stdout
     assert "is not a readable notebook" in result.stdout
+
+
+# -- attacks on the plugin: the notebook runs in the grader's sandbox, never in pytest ---------
+
+PATCHES_THE_CHECKS = """
+import attnlib.checks, autograder.hidden, numpy
+attnlib.checks.check = attnlib.checks.report = lambda *args, **kwargs: True
+autograder.hidden.check = lambda *args, **kwargs: None
+numpy.allclose = lambda *args, **kwargs: True
+import sys, _pytest
+sys.modules.get("_pytest.runner") and setattr(sys.modules["_pytest.runner"], "runtestprotocol",
+                                               lambda *args, **kwargs: [])
+"""
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        PATCHES_THE_CHECKS,
+        "import os\nos._exit(0)",
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)",
+    ],
+    ids=["patches-the-checks", "exits-its-process", "kills-its-parents"],
+)
+def test_a_wrong_answer_cannot_patch_or_end_its_way_past_the_plugin(tmp_path, attack):
+    # a solution cell of its own: the plugin runs solution cells in full
+    wrong = notebook(tmp_path, solution(SOFTMAX_WRONG_AXIS, "softmax"), solution(attack, "mine"))
+    result = run_pytest("--attn-notebook", str(wrong), "-k", "softmax and not masked", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert "1 failed" in result.stdout
+    assert "softmax: softmax normalises over the first axis" in result.stdout

@@ -128,7 +128,7 @@ def _padding_probes() -> list[Probe]:
     return [
         Probe((np.array(lengths), n), label=f"lengths={lengths}, max_len={n}")
         for lengths, n in cases
-    ]  # noqa: E501
+    ]
 
 
 padding_mask = Exercise(

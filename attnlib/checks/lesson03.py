@@ -210,7 +210,7 @@ sinusoidal_encoding = Exercise(
     reference=ref.sinusoidal_encoding,
     probes=lambda: [
         Probe((T, d), label=f"T={T}, d_model={d}") for T, d in ((6, 8), (10, 16), (3, 6), (1, 4))
-    ],  # noqa: E501
+    ],
     mistakes=(
         Mistake(
             "sine and cosine are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos",

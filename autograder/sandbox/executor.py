@@ -260,7 +260,7 @@ def _quiet():
     """The course's ``quiet()``: learner code may warn without its warnings costing points."""
     try:
         from attnlib.checks.silence import quiet
-    except ImportError:  # noqa: BLE001 — a learner who broke the import only loses the silence
+    except ImportError:
         return contextlib.nullcontext
     return quiet
 

@@ -47,7 +47,7 @@ def warm_up() -> tuple[object, Sink]:
         import numpy as np
         import torch  # noqa: F401
 
-        import attnlib.checks  # noqa: F401  — the edition: verdicts come from the grader
+        import attnlib.checks
         import attnlib.mastery  # noqa: F401
         import autograder.hidden  # noqa: F401
 
