@@ -9,7 +9,7 @@ directory, so run nbgrader commands from the repository root. Layout:
 
 import os
 
-from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE
+from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE, guard_copy
 
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
 
@@ -33,6 +33,7 @@ c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution"}
 # forge its way to points. `attn-grade batch` grades with this same pipeline, in parallel.
 c.Autograde.sanitize_preprocessors = SANITIZE
 c.Autograde.autograde_preprocessors = AUTOGRADE
+c.Autograde.pre_convert_hook = guard_copy  # nothing of a refused submission is copied
 
 # Seconds per cell and per call of the learner's code (nbgrader's default is 30); `nbgrader
 # validate` reads it too. Each notebook also has a budget for all its cells and checks together.

@@ -5,8 +5,11 @@ The course's ``nbgrader_config.py`` sets nbgrader's documented converter traits
 and :data:`AUTOGRADE`: nbgrader's lists with two changes.
 
 * :class:`CheckSubmission` comes first: it refuses a submission holding anything but regular files
-  (:mod:`autograder.submission`), removing whatever nbgrader already copied through a link, and
-  replaces lone surrogates in the notebook's text, which could not be written back as UTF-8.
+  (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which could
+  not be written back as UTF-8. nbgrader copies a submission's other files before any
+  preprocessor runs, so :func:`guard_copy`, set as the documented ``Autograde.pre_convert_hook``,
+  first makes that copy skip everything of a submission that will be refused: nothing is read
+  through a link (a link to ``/dev/zero`` would fill the disk; one to the gradebook would copy it).
 * :class:`TrustedExecute` replaces ``Execute``: the notebook runs in attn-grade's sandbox and
   every graded cell's outputs are written from verdicts reached outside it
   (:mod:`autograder.engine`), so ``SaveAutoGrades`` — nbgrader's own — scores what the grader
@@ -79,6 +82,30 @@ class CheckSubmission(NbGraderPreprocessor):
             )
         _scrub_notebook(nb)
         return nb, resources
+
+
+_BASE_IGNORE: dict[int, list[str]] = {}
+
+
+def guard_copy(assignment: str, student: str, notebooks: list[str]) -> None:
+    """``Autograde.pre_convert_hook``: nbgrader's copy step skips a submission that is refused.
+
+    nbgrader calls this before it copies the files of one submission (``notebooks`` are that
+    submission's notebooks; ``student`` may be nbgrader's ``*``). If the folder holds anything
+    :class:`CheckSubmission` will refuse — or cannot be told — the course directory's ``ignore``
+    globs become ``*`` for this submission, so nothing of it is copied; otherwise they are the
+    course's own. It never raises (nbgrader would only log it), so it fails closed.
+    """
+    from nbgrader.apps.autogradeapp import AutogradeApp
+
+    coursedir = AutogradeApp.instance().coursedir
+    base = _BASE_IGNORE.setdefault(id(coursedir), list(coursedir.ignore))
+    try:
+        folders = {Path(path).parent for path in notebooks}
+        safe = len(folders) == 1 and not submission.problems(*folders, next(iter(folders)).parent)
+    except Exception:  # noqa: BLE001 — anything odd: copy nothing
+        safe = False
+    coursedir.ignore = base if safe else [*base, "*", ".*"]  # glob's * skips dotfiles
 
 
 def _scrub_notebook(nb) -> None:

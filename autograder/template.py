@@ -175,7 +175,8 @@ class Template:
                 )
                 if cgroup is not None:
                     cgroup.add(child)
-            protocol.send(ours, {"op": "go", "limits": limits.for_sandbox()})
+            keep = view.under_tmp() if self.isolated else []
+            protocol.send(ours, {"op": "go", "limits": limits.for_sandbox(), "keep": keep})
             executor = _hello(ours, deadline)
         except (OSError, protocol.ProtocolError) as error:
             with contextlib.suppress(OSError):

@@ -219,6 +219,11 @@ def python_dirs() -> list[str]:
     return dirs
 
 
+def under_tmp() -> list[str]:
+    """The folders of the view that lie under ``/tmp``, which each sandbox mounts afresh."""
+    return [d for d in python_dirs() if d.startswith("/tmp/")]
+
+
 def hidden_installs() -> list[str]:
     """Installed copies of the course's packages in site-packages: hidden in the view."""
     out = []

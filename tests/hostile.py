@@ -60,7 +60,6 @@ class Attack:
     extra: list[str] = field(default_factory=list)  # code cells appended at the end
     plant: Callable[[Path, Path], None] | None = None  # (submission folder, course) → None
     lost: dict[str, int] | str = field(default_factory=dict)
-    nbgrader: bool = True  # also graded through plain nbgrader autograde
 
 
 def _honest(grade_id: str) -> str:
@@ -110,6 +109,11 @@ def _fifo(folder: Path, course: Path) -> None:
     os.mkfifo(folder / "data.csv")
 
 
+def _hidden_link(folder: Path, course: Path) -> None:
+    (folder / "data").mkdir()
+    os.symlink(course / "gradebook.db", folder / "data" / ".cache")
+
+
 def corpus(course: Path, repo: Path) -> dict[str, Attack]:
     """Every attack, for a course at ``course`` (some attacks aim at its files)."""
     chain = dict(SOFTMAX_CHAIN)
@@ -149,10 +153,11 @@ get_ipython().events.register("pre_run_cell", _forge)
             plant=_symlink("notes.db", lambda f, c: c / "gradebook.db"), lost=REFUSED),
         "links-a-device": Attack(
             2, "a link to /dev/zero: copying it would fill the disk",
-            plant=_symlink("big.bin", lambda f, c: Path("/dev/zero")), lost=REFUSED,
-            nbgrader=False),  # nbgrader's own copy step follows links before any hook runs
+            plant=_symlink("big.bin", lambda f, c: Path("/dev/zero")), lost=REFUSED),
         "plants-a-fifo": Attack(2, "a named pipe beside the notebook", plant=_fifo,
                                 lost=REFUSED),
+        "hides-a-link": Attack(2, "a dotfile link to the gradebook in a subfolder",
+                               plant=_hidden_link, lost=REFUSED),
         "execs-the-solutions": Attack(
             2, "runs the instructor's source notebook to get the reference softmax",
             cells={"softmax": f"""

@@ -310,3 +310,46 @@ def _with_marker(marker: str) -> list[str]:
         except OSError:
             pass
     return found
+
+
+def test_a_python_environment_under_tmp_stays_visible_to_each_sandbox(tmp_path):
+    """A clone made with ``mktemp -d`` keeps its .venv under /tmp, which every sandbox mounts
+    afresh: the environment is bound again inside the new /tmp, read-only."""
+    import sysconfig
+
+    env_dir = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = Path(
+        subprocess.check_output(
+            [str(env_dir / "bin" / "python"), "-c", "import sysconfig; "
+             "print(sysconfig.get_paths()['purelib'])"], text=True,
+        ).strip()
+    )  # fmt: skip
+    theirs.rmdir()
+    theirs.symlink_to(ours)  # the same packages, from an environment that lives under /tmp
+    script = f"""
+import json
+from autograder import view
+from autograder.limits import Limits
+from autograder.runner import Runner
+from autograder.template import Template
+assert view.under_tmp(), view.python_dirs()
+with Template({LESSON!r}) as t:
+    r = Runner(t, Limits(timeout=60))
+    out = r.run(0, "import subprocess, sys, json\\n"
+                   "ran = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], "
+                   "capture_output=True, text=True).stdout.strip()\\n"
+                   "try:\\n    open(sys.prefix + '/x', 'w')\\n    ro = False\\n"
+                   "except OSError:\\n    ro = True\\n"
+                   "print(json.dumps([ran, ro]))").outputs
+    r.close()
+print(json.dumps(out))
+"""
+    done = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", script], capture_output=True, text=True,
+        timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert printed(outputs).strip() == '["42", true]', outputs

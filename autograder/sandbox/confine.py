@@ -34,8 +34,9 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
-MS_REC, MS_PRIVATE = 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+O_PATH = getattr(os, "O_PATH", 0o10000000)
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
@@ -100,12 +101,25 @@ def _write(path: str, text: str) -> None:
 # the init
 
 
-def make_root(tmp_mb: int, shm_mb: int = 16, inodes: int = 4096) -> None:
-    """The submission's own /proc, /tmp and /dev/shm; no further user namespaces."""
+def make_root(
+    tmp_mb: int, keep: tuple[str, ...] = (), shm_mb: int = 16, inodes: int = 4096
+) -> None:
+    """The submission's own /proc, /tmp and /dev/shm; no further user namespaces.
+
+    ``keep`` are folders of the view under ``/tmp`` (a Python environment in a clone made with
+    ``mktemp -d``, say) that the fresh ``/tmp`` must not hide: they are bound again, read-only,
+    at the same place inside it.
+    """
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    held = [(path, os.open(path, O_PATH | os.O_DIRECTORY)) for path in keep]
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     options = f"size={tmp_mb}m,nr_inodes={inodes},mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
+    for path, fd in held:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+        _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        os.close(fd)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_mb}m,mode=1777")
     host = b"sandbox"

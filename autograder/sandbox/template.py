@@ -114,7 +114,8 @@ def child(sock: socket.socket, isolate: bool, shell, sink: Sink) -> None:
         os._exit(_wait(first))
     confine.die_with_parent()
     if isolate:
-        confine.make_root(int(limits.get("tmp_mb", 64)))
+        keep = tuple(str(p) for p in go.get("keep", []) if isinstance(p, str))
+        confine.make_root(int(limits.get("tmp_mb", 64)), keep)
         executor = os.fork()
         if executor:
             os._exit(confine.reap_until(executor))
