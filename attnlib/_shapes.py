@@ -158,3 +158,126 @@ def _integer_types() -> tuple[type, ...]:
     import numpy as np
 
     return (np.integer,)
+
+
+# --- 06-build-and-train: backward passes, decoding steps, induction heads -----------------
+
+STEP = "(B, h, 1, d)"
+CACHED = "(B, h, t, d)"
+
+
+def check_axis(name: str, shape: Sequence[int], axis: object) -> int:
+    """Return ``axis`` as an int if it indexes an axis of ``shape``, else raise."""
+    if len(shape) == 0:
+        raise ValueError(f"{name} () is a scalar; softmax_backward needs at least one axis")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        raise ValueError(
+            f"axis {axis!r} is out of range for {name} {fmt(shape)} ({len(shape)} axes)"
+        )
+    return axis
+
+
+def check_same_shape(a: tuple[str, Sequence[int]], b: tuple[str, Sequence[int]]) -> None:
+    """Raise unless the two named shapes are equal."""
+    (a_name, a_shape), (b_name, b_shape) = a, b
+    if tuple(a_shape) != tuple(b_shape):
+        raise ValueError(
+            f"{a_name} {fmt(a_shape)} and {b_name} {fmt(b_shape)} must have the same shape"
+        )
+
+
+def check_grad_out(grad_out: Sequence[int], out: Sequence[int]) -> None:
+    """Raise unless the upstream gradient has the shape of the attention output."""
+    if tuple(grad_out) != tuple(out):
+        raise ValueError(
+            f"grad_out {fmt(grad_out)} must have the shape of the output {fmt(out)} "
+            "(..., m, d_v) that it is the gradient of"
+        )
+
+
+def check_d_k(shape: Sequence[int]) -> None:
+    """Raise when queries have no features (the scale ``1/sqrt(d_k)`` is undefined)."""
+    if shape[-1] == 0:
+        raise ValueError(f"Q {fmt(shape)} has d_k = 0; scaling by 1/sqrt(d_k) needs d_k >= 1")
+
+
+def check_step(q: Sequence[int], k: Sequence[int], v: Sequence[int]) -> None:
+    """Check one decoding step: ``q_t``, ``k_t``, ``v_t`` of shape ``(B, h, 1, d)``.
+
+    ``q_t`` and ``k_t`` must have equal shapes; ``v_t`` shares their ``(B, h)`` and may have its
+    own width ``d_v``.
+    """
+    for name, shape in (("q_t", q), ("k_t", k), ("v_t", v)):
+        require_exact_ndim(name, shape, 4, STEP)
+        if shape[-2] != 1:
+            raise ValueError(
+                f"{name} {fmt(shape)} holds {shape[-2]} steps on axis -2; cached_attention "
+                f"takes one step: {STEP}"
+            )
+    if q[-1] == 0:
+        raise ValueError(f"q_t {fmt(q)} has d = 0; scaling by 1/sqrt(d) needs d >= 1")
+    if tuple(q) != tuple(k):
+        raise ValueError(
+            f"q_t {fmt(q)} and k_t {fmt(k)} disagree on (B, h, d) "
+            f"({fmt((*q[:2], q[-1]))} vs {fmt((*k[:2], k[-1]))})"
+        )
+    if tuple(v[:2]) != tuple(k[:2]):
+        raise ValueError(
+            f"k_t {fmt(k)} and v_t {fmt(v)} disagree on (B, h) ({fmt(k[:2])} vs {fmt(v[:2])})"
+        )
+
+
+def check_cache_pair(cache: object) -> tuple[object, object]:
+    """Return ``(K, V)`` if ``cache`` is a pair, else raise naming what it is."""
+    if not isinstance(cache, tuple | list) or len(cache) != 2:
+        what = (
+            f"a {type(cache).__name__} of {len(cache)}"
+            if isinstance(cache, tuple | list)
+            else type(cache).__name__
+        )
+        raise ValueError(
+            f"cache must be None or a pair (K {CACHED}, V {CACHED}) as cached_attention "
+            f"returns it, got {what}"
+        )
+    return cache[0], cache[1]
+
+
+def check_cache(K: Sequence[int], V: Sequence[int], k: Sequence[int], v: Sequence[int]) -> int:
+    """Check a cache ``K (B, h, t, d_k)``, ``V (B, h, t, d_v)`` against the new step.
+
+    Returns ``t``, the number of cached steps.
+    """
+    require_exact_ndim("cache K", K, 4, CACHED)
+    require_exact_ndim("cache V", V, 4, CACHED)
+    for name, cached, step_name, step in (("K", K, "k_t", k), ("V", V, "v_t", v)):
+        if (*cached[:2], cached[-1]) != (*step[:2], step[-1]):
+            raise ValueError(
+                f"cache {name} {fmt(cached)} and {step_name} {fmt(step)} disagree on (B, h, d) "
+                f"({fmt((*cached[:2], cached[-1]))} vs {fmt((*step[:2], step[-1]))})"
+            )
+    if K[-2] != V[-2]:
+        raise ValueError(
+            f"cache K {fmt(K)} and V {fmt(V)} hold different numbers of steps ({K[-2]} vs {V[-2]})"
+        )
+    return int(K[-2])
+
+
+def check_induction(shape: Sequence[int], period: object) -> tuple[int, int]:
+    """Check ``weights (..., h, T, T)`` and ``period``; return ``(T, period)``.
+
+    ``period`` must leave at least one query ``i >= period``, i.e. ``1 <= period < T``.
+    """
+    require_ndim("weights", shape, 2, "(..., h, T, T)")
+    if shape[-1] != shape[-2]:
+        raise ValueError(
+            f"weights {fmt(shape)} must be square over its last two axes (..., h, T, T): "
+            f"queries and keys are the same sequence ({shape[-2]} vs {shape[-1]})"
+        )
+    period = check_positive_int("period", period)
+    T = int(shape[-1])
+    if period >= T:
+        raise ValueError(
+            f"period {period} leaves no query i >= period in weights {fmt(shape)} (T = {T}); "
+            "the sequence must be longer than one period"
+        )
+    return T, period

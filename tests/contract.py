@@ -12,6 +12,11 @@ CONTRACT = {
 }
 NAMES = tuple(name for names in CONTRACT.values() for name in names)
 
+# Lesson 06-build-and-train's names: both backends have them (CausalSelfAttention: torch only).
+LESSON06 = ("softmax_backward", "attention_backward", "cached_attention", "induction_score",
+            "check_attention")  # fmt: skip
+TORCH_ONLY = ("CausalSelfAttention",)
+
 # What both backends add beyond the contract: mask converters and a sampled hard attention.
 SHARED_EXTRAS = (
     "from_key_padding_mask",

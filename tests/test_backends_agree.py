@@ -9,7 +9,7 @@ import inspect
 import numpy as np
 import pytest
 import torch
-from contract import NAMES, SHARED_EXTRAS
+from contract import LESSON06, NAMES, SHARED_EXTRAS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import SEEDS, normal, qkv_shapes, random_mask
@@ -136,7 +136,7 @@ def test_both_backends_word_shape_errors_the_same(numpy_call, torch_call):
 
 
 def test_both_backends_provide_the_contract_under_the_same_argument_names():
-    for name in (*NAMES, *SHARED_EXTRAS):
+    for name in (*NAMES, *SHARED_EXTRAS, *LESSON06):
         numpy_args = list(inspect.signature(getattr(an, name)).parameters)
         torch_args = list(inspect.signature(getattr(at, name)).parameters)
         if name == "sampled_hard_attention":  # each library's own random source
@@ -144,4 +144,4 @@ def test_both_backends_provide_the_contract_under_the_same_argument_names():
             numpy_args, torch_args = numpy_args[:-1], torch_args[:-1]
         # torch may add arguments of its own at the end (need_weights, dtype, device)
         assert torch_args[: len(numpy_args)] == numpy_args, (name, numpy_args, torch_args)
-    assert set(an.__all__) == {*NAMES, *SHARED_EXTRAS}
+    assert set(an.__all__) == {*NAMES, *SHARED_EXTRAS, *LESSON06}

@@ -6,7 +6,8 @@ import inspect
 
 import pytest
 import torch
-from contract import NAMES, SHARED_EXTRAS
+from contract import LESSON06 as LESSON06_BOTH
+from contract import NAMES, SHARED_EXTRAS, TORCH_ONLY
 
 import attnlib.torch as at
 
@@ -14,22 +15,23 @@ F64 = torch.float64
 
 CONTRACT = list(NAMES)
 EXTRAS = [*SHARED_EXTRAS, "device", "MultiHeadAttention"]
+LESSON06 = [*LESSON06_BOTH, *TORCH_ONLY]
 
 
 def test_every_contract_name_is_exported() -> None:
     assert len(CONTRACT) == 20
-    for name in CONTRACT + EXTRAS:
+    for name in CONTRACT + EXTRAS + LESSON06:
         assert name in at.__all__, name
         assert callable(getattr(at, name)), name
     assert sorted(at.__all__) == sorted(set(at.__all__))
-    assert set(at.__all__) == set(CONTRACT + EXTRAS)
+    assert set(at.__all__) == set(CONTRACT + EXTRAS + LESSON06)
 
 
-@pytest.mark.parametrize("name", CONTRACT + EXTRAS)
+@pytest.mark.parametrize("name", CONTRACT + EXTRAS + LESSON06)
 def test_public_names_are_documented(name: str) -> None:
     doc = inspect.getdoc(getattr(at, name))
     assert doc and len(doc.splitlines()) >= 3, name
-    assert "Returns:" in doc or name == "MultiHeadAttention", name
+    assert "Returns:" in doc or name in ("MultiHeadAttention", "CausalSelfAttention"), name
 
 
 def test_contract_signatures() -> None:

@@ -7,10 +7,13 @@ masks with True = may attend. Multi-head tensors are ``(B, h, T, d_head)``.
 """
 
 from .attention import attention
+from .backward import attention_backward, softmax_backward
 from .chunked import chunked_attention
 from .complexity import attention_flops, fit_exponent, score_matrix_bytes
+from .decoding import cached_attention
 from .hard import hard_attention, sampled_hard_attention
 from .heads import merge_heads, multi_head_attention, split_heads
+from .interpret import induction_score
 from .masks import (
     causal_mask,
     from_additive_mask,
@@ -21,6 +24,7 @@ from .masks import (
 )
 from .positional import sinusoidal_encoding
 from .projections import cross_attention, self_attention
+from .properties import check_attention
 from .scoring import additive_scores, cosine_scores, dot_scores, scaled_dot_scores
 from .softmax import masked_softmax, softmax
 
@@ -55,4 +59,10 @@ __all__ = [
     "score_matrix_bytes",
     "chunked_attention",
     "fit_exponent",
+    # 06-build-and-train
+    "softmax_backward",
+    "attention_backward",
+    "cached_attention",
+    "induction_score",
+    "check_attention",
 ]

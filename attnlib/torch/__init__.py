@@ -18,15 +18,24 @@ Modules, one per idea:
 * ``modules``        the ``MultiHeadAttention`` nn.Module (lesson 04)
 * ``complexity``     operation and memory counts, exponent fits (lesson 05)
 * ``chunked``        block-wise attention with an online softmax (lesson 05)
+* ``backward``       softmax and attention gradients by hand (lesson 06)
+* ``causal``         the ``CausalSelfAttention`` nn.Module (lesson 06)
+* ``decoding``       one decoding step with a key/value cache (lesson 06)
+* ``interpret``      induction scores of attention heads (lesson 06)
+* ``properties``     the property test ``check_attention`` (lesson 06)
 * ``devices``        picking cuda, mps or cpu
 """
 
+from .backward import attention_backward, softmax_backward
+from .causal import CausalSelfAttention
 from .chunked import chunked_attention
 from .complexity import attention_flops, fit_exponent, score_matrix_bytes
+from .decoding import cached_attention
 from .devices import device
 from .dot_product import attention
 from .hard import hard_attention, sampled_hard_attention
 from .heads import merge_heads, multi_head_attention, split_heads
+from .interpret import induction_score
 from .masks import (
     causal_mask,
     from_additive_mask,
@@ -39,6 +48,7 @@ from .modules import MultiHeadAttention
 from .normalization import masked_softmax, softmax
 from .positional import sinusoidal_encoding
 from .projections import cross_attention, self_attention
+from .properties import check_attention
 from .scoring import additive_scores, cosine_scores, dot_scores, scaled_dot_scores
 
 __all__ = [
@@ -73,6 +83,13 @@ __all__ = [
     "score_matrix_bytes",
     "chunked_attention",
     "fit_exponent",
+    # 06-build-and-train
+    "softmax_backward",
+    "attention_backward",
+    "CausalSelfAttention",
+    "cached_attention",
+    "induction_score",
+    "check_attention",
     # devices
     "device",
 ]
