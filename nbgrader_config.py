@@ -34,6 +34,7 @@ c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution"}
 c.Autograde.sanitize_preprocessors = SANITIZE
 c.Autograde.autograde_preprocessors = AUTOGRADE
 c.Autograde.pre_convert_hook = guard_copy  # nothing of a refused submission is copied
+c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back and graded
 
 # Seconds per cell and per call of the learner's code (nbgrader's default is 30); `nbgrader
 # validate` reads it too. Each notebook also has a budget for all its cells and checks together.

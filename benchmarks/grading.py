@@ -1,23 +1,34 @@
-"""How much faster is ``attn-grade batch`` than ``nbgrader autograde``?
+"""Grading throughput and the cost of isolation, on the real course.
 
     .venv/bin/python -m benchmarks.grading [--students 30] [--lesson 02-softmax-masking]
-                                           [--workers 2] [--keep DIR]
+                                           [--workers N] [--spawns 20] [--out DIR] [--keep DIR]
 
-Builds a scratch nbgrader course from this repository (``nbgrader generate_assignment``), submits
-``--students`` notebooks made from the lesson's source notebook — honest ones and classic bugs
-(the made-up students of tests/test_grade_students.py, in turn) — copies the course, and times
-``nbgrader autograde LESSON`` on one copy and ``attn-grade batch LESSON`` on the other (wall
-clock, each a fresh process, as an instructor would run them). It then checks that both
-gradebooks give every student the same score and prints a Markdown table (results are written
-down in benchmarks/grading.md).
+Builds a scratch nbgrader course from this repository (``nbgrader generate_assignment``) and
+submits ``--students`` notebooks made from the lesson's source notebook — honest ones and classic
+bugs, the made-up students of tests/test_grade_students.py in turn. Then, each on its own copy of
+the course, as an instructor would run them (wall clock of the whole command, a fresh process):
+
+* ``nbgrader autograde`` with nbgrader's **stock** pipeline (a Jupyter kernel per notebook, the
+  hidden checks inside it): the baseline;
+* ``nbgrader autograde`` with the course's ``nbgrader_config.py`` (the trusted engine, sandboxed,
+  one notebook at a time);
+* ``attn-grade batch`` (the same engine, ``--workers`` at a time), isolated, and again with
+  ``--no-isolation``: the difference per student is what isolation costs in a batch.
+
+It checks that every way gives every student the same score, and measures the sandbox alone:
+``--spawns`` times, a fresh sandbox is started, runs one cell and is torn down, with namespaces
+and without. Results go to ``DIR/grading.md`` and ``DIR/grading.json`` (default
+``benchmarks/results/``); ``benchmarks/grading.md`` explains them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,9 +37,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(REPO / "tests"))
 
 from test_grade_students import STUDENTS, student_notebook, submit  # noqa: E402
+
+STOCK_CONFIG = """\
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = "attention"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "lessons"
+c.ExecutePreprocessor.timeout = 120
+"""
 
 
 def _env() -> dict[str, str]:
@@ -70,62 +90,153 @@ def scores(course: Path, lesson: str) -> dict[str, float]:
         return {s.student.id: s.score for s in gb.find_assignment(lesson).submissions}
 
 
+def spawn_seconds(lesson: str, isolation: str, spawns: int) -> list[float]:
+    """Seconds to start a sandbox, run one cell in it and tear it down, ``spawns`` times."""
+    from autograder.limits import Limits
+    from autograder.runner import Runner
+    from autograder.template import Template
+
+    out = []
+    with Template(lesson, isolation) as template:
+        for _ in range(spawns + 1):  # the first warms the template's page cache
+            started = time.perf_counter()
+            runner = Runner(template, Limits(timeout=30))
+            runner.run(0, "x = 1")
+            runner.close()
+            out.append(time.perf_counter() - started)
+    return out[1:]
+
+
+def grade_all_ways(base: Path, lesson: str, students: int, workers: int) -> dict:
+    """Build the course, grade a copy of it every way; the times and the scores."""
+    ways = {
+        "nbgrader, stock pipeline": None,
+        "nbgrader, course pipeline": None,
+        "attn-grade batch": ["--workers", str(workers)],
+        "attn-grade batch --no-isolation": ["--workers", str(workers), "--no-isolation"],
+    }
+    first = base / "course"
+    first.mkdir()
+    names = make_course(first, lesson, students)
+    found = {}
+    for n, (way, options) in enumerate(ways.items()):
+        course = base / f"way{n}"
+        shutil.copytree(first, course)
+        if way == "nbgrader, stock pipeline":
+            (course / "nbgrader_config.py").write_text(STOCK_CONFIG)
+        if options is None:
+            args = [str(BIN / "nbgrader"), "autograde", lesson]
+        else:
+            args = [str(BIN / "attn-grade"), "batch", lesson, "--course", str(course),
+                    "--no-progress", "--json", *options]  # fmt: skip
+        seconds, done = _run(args, course)
+        if done.returncode not in (0, 1):
+            print(done.stdout[-2000:], done.stderr[-3000:], file=sys.stderr)
+        found[way] = {"seconds": seconds, "scores": scores(course, lesson)}
+    baseline = found["nbgrader, stock pipeline"]["scores"]
+    differ = sorted(
+        {
+            name
+            for way in found.values()
+            for name in names
+            if way["scores"].get(name) != baseline.get(name)
+        }
+    )
+    return {"names": names, "ways": found, "differ": differ}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=30)
     parser.add_argument("--lesson", default="02-softmax-masking")
     parser.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1)
+    parser.add_argument("--spawns", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--keep", type=Path, help="build the courses here and keep them")
     args = parser.parse_args(argv)
 
+    from autograder import view
+
+    problem = view.probe()
+    if problem:
+        raise SystemExit(f"cannot measure isolation here: {problem}")
     base = args.keep or Path(tempfile.mkdtemp(prefix="attn-grade-bench-"))
     base.mkdir(parents=True, exist_ok=True)
-    ours, theirs = base / "attn-grade", base / "nbgrader"
-    for path in (ours, theirs):
-        shutil.rmtree(path, ignore_errors=True)
-    ours.mkdir()
-    names = make_course(ours, args.lesson, args.students)
-    shutil.copytree(ours, theirs)
+    try:
+        spawn = {
+            mode: spawn_seconds(args.lesson, mode, args.spawns) for mode in ("namespaces", "none")
+        }
+        graded = grade_all_ways(base, args.lesson, args.students, args.workers)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    n = args.students
+    ways = graded["ways"]
+    stock = ways["nbgrader, stock pipeline"]["seconds"]
+    ours = ways["attn-grade batch"]["seconds"]
+    bare = ways["attn-grade batch --no-isolation"]["seconds"]
+    result = {
+        "lesson": args.lesson,
+        "students": n,
+        "workers": args.workers,
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": os.getloadavg()[0],
+            "as_root": os.geteuid() == 0,
+        },
+        "seconds": {way: round(v["seconds"], 2) for way, v in ways.items()},
+        "speedup_vs_stock": round(stock / ours, 2),
+        "isolation_per_student_s": round((ours - bare) / n, 3),
+        "sandbox_spawn_s": {
+            mode: {"median": round(statistics.median(v), 4), "max": round(max(v), 4)}
+            for mode, v in spawn.items()
+        },
+        "same_scores": not graded["differ"],
+        "differ": graded["differ"],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "grading.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = report_markdown(result, argv if argv is not None else sys.argv[1:])
+    (args.out / "grading.md").write_text(table)
+    print(table)
+    return 0 if result["same_scores"] else 1
 
-    t_nbgrader, done = _run([str(BIN / "nbgrader"), "autograde", args.lesson], theirs)
-    if done.returncode:
-        print(done.stderr[-3000:], file=sys.stderr)
-    t_ours, done = _run(
-        [
-            str(BIN / "attn-grade"),
-            "batch",
-            args.lesson,
-            "--course",
-            str(ours),
-            "--workers",
-            str(args.workers),
-            "--no-progress",
-        ],
-        ours,
-    )
-    if done.returncode:
-        print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
 
-    a, b = scores(ours, args.lesson), scores(theirs, args.lesson)
-    differ = sorted(n for n in names if a.get(n) != b.get(n))
-    n = len(names)
-    print(
-        f"| lesson | submissions | nbgrader autograde | attn-grade batch (--workers "
-        f"{args.workers}) | speed-up |"
-    )
-    print("|---|---|---|---|---|")
-    print(
-        f"| {args.lesson} | {n} | {t_nbgrader:.1f} s ({t_nbgrader / n:.2f} s each) | "
-        f"{t_ours:.1f} s ({t_ours / n:.2f} s each) | **{t_nbgrader / t_ours:.1f}×** |"
-    )
-    print(
-        f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}"
-    )
-    print("same score for every student:", "yes" if not differ else f"NO: {differ}")
-    if not args.keep:
-        shutil.rmtree(base, ignore_errors=True)
-    return 0 if not differ else 1
+def report_markdown(r: dict, argv: list[str]) -> str:
+    n = r["students"]
+    lines = [
+        f"# Grading {n} submissions of {r['lesson']}",
+        "",
+        f"`python -m benchmarks.grading {' '.join(argv)}`".replace(" `", "`"),
+        "",
+        "| way | wall clock | per submission | speed-up over stock nbgrader |",
+        "|---|---|---|---|",
+    ]
+    stock = r["seconds"]["nbgrader, stock pipeline"]
+    for way, seconds in r["seconds"].items():
+        label = way if not way.startswith("attn-grade") else f"{way} (--workers {r['workers']})"
+        lines.append(
+            f"| {label} | {seconds:.1f} s | {seconds / n:.2f} s | {stock / seconds:.1f}× |"
+        )
+    spawn = r["sandbox_spawn_s"]
+    ns, none = spawn["namespaces"], spawn["none"]
+    same = "yes" if r["same_scores"] else "NO: " + ", ".join(r["differ"])
+    lines += [
+        "",
+        f"- isolation in the batch: **{r['isolation_per_student_s']:+.3f} s per submission** "
+        "(isolated minus `--no-isolation`, same workers)",
+        f"- one sandbox started, one cell run, torn down: median {ns['median']:.3f} s with "
+        f"namespaces, {none['median']:.3f} s without (max {ns['max']:.3f} s and "
+        f"{none['max']:.3f} s)",
+        f"- same score for every student, every way: {same}",
+        f"- machine: {r['machine']['cpu']}, {r['machine']['cores']} cores, Python "
+        f"{r['machine']['python']}, load average {r['machine']['load_before']:.2f} at the start, "
+        f"{'as root (cgroups)' if r['machine']['as_root'] else 'not root (watchdog)'}",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ class Attack:
     cells: dict[str, str] = field(default_factory=dict)  # grade_id → new source
     extra: list[str] = field(default_factory=list)  # code cells appended at the end
     plant: Callable[[Path, Path], None] | None = None  # (submission folder, course) → None
+    drop: list[str] = field(default_factory=list)  # grade_ids of cells deleted
     lost: dict[str, int] | str = field(default_factory=dict)
 
 
@@ -142,6 +143,10 @@ def _forge(*args):
 get_ipython().events.register("pre_run_cell", _forge)
 """},
             lost=EVERYTHING,
+        ),
+        "deletes-its-test-cell": Attack(
+            1, "a wrong softmax whose test cell is deleted, so nothing can fail",
+            cells={"softmax": WRONG["softmax"]}, drop=["test_softmax"], lost=chain,
         ),
         # -- 2: students and the course not separated -------------------------------------------
         "links-another-notebook": Attack(2, "the notebook is a link to honest-a's notebook",

@@ -56,6 +56,8 @@ def build(course: Path, attacks: dict) -> None:
         nb = student_notebook(LESSON, {})
         for grade_id, source in attack.cells.items():
             edit_cell(nb, grade_id, source)
+        nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                    not in attack.drop]  # fmt: skip
         for source in attack.extra:
             nb.cells.append(new_code_cell(source))
         if attack.klass == 6:
