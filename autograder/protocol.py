@@ -28,6 +28,17 @@ bye         —                                        (no reply: the sandbox ex
 ==========  =======================================  ==============================================
 
 A failed request replies ``{"ok": false, "ename": ..., "evalue": ...}`` (the learner's exception).
+
+**Callbacks.** A ``call`` may hand the learner's code functions that stay on the trusted side: a
+:class:`Remote` among the arguments (decoded in the sandbox as a stand-in function), or
+``stand_ins`` ``{name: key}``, names of the learner's namespace bound to stand-ins for the
+duration of the call (the course's reference ``softmax`` in place of the learner's, say). When
+learner code calls a stand-in, the sandbox sends ``{"op": "callback", "cb": n, "key": ...,
+"args": ..., "kwargs": ...}`` (``n`` = 0, 1, 2, … within the call) and waits for
+``{"cb": n, "ok": true, "result": ...}`` or ``{"cb": n, "ok": false, "ename": ..., "evalue": ...}``.
+Only while such a call is outstanding, and only for its keys, may the sandbox send a callback
+before its reply; every callback's arrays are bounded (:data:`CALLBACK_ELEMENTS`), their number
+too (:data:`CALLBACKS`), and they all count against the call's deadline.
 Before any of this, the sandbox's processes say :data:`HELLO` (raw bytes, not a frame), which the
 kernel sends with ``SCM_CREDENTIALS``, so the trusted side learns their process ids
 (:mod:`autograder.template`); :data:`FAILED` and a reason instead mean the set-up failed.
@@ -55,6 +66,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +86,8 @@ class Bounds:
 
 
 BOUNDS = Bounds()
+CALLBACKS = 20_000  # callbacks within one call
+CALLBACK_ELEMENTS = 2**18  # numbers in any one array a callback sends
 HELLO = b"hello"  # the sandbox's first bytes, sent with SCM_CREDENTIALS
 FAILED = b"fail:"  # sent instead when setting the sandbox up failed; the reason follows
 HASH_MODULUS = 2**61 - 1  # CPython's integer hashes repeat with this period
@@ -194,6 +208,16 @@ def expect_reply(header: dict, seq: int) -> dict:
     return header
 
 
+def callback_of(header: dict) -> tuple[int, str] | None:
+    """``(n, key)`` if ``header`` is a callback, else None (see the module doc)."""
+    if header.get("op") != "callback":
+        return None
+    n, key = header.get("cb"), header.get("key")
+    if type(n) is not int or not isinstance(key, str):
+        raise ProtocolError("a malformed callback")
+    return n, key
+
+
 def text_field(header: dict, key: str, limit: int = 20_000) -> str:
     """A string field of a reply, cut to ``limit`` characters (anything else becomes text)."""
     value = header.get(key, "")
@@ -204,6 +228,13 @@ def text_field(header: dict, key: str, limit: int = 20_000) -> str:
 # values
 
 
+@dataclass(frozen=True)
+class Remote:
+    """A function that stays on the trusted side, passed to learner code by ``key``."""
+
+    key: str
+
+
 def encode(value: object, buffers: list[bytes], depth: int = 0, bounds: Bounds = BOUNDS) -> object:
     """A JSON-able tree for ``value``; array data is appended to ``buffers``."""
     if depth > bounds.depth:
@@ -211,6 +242,8 @@ def encode(value: object, buffers: list[bytes], depth: int = 0, bounds: Bounds =
     kind = type(value)
     if value is None or kind in (bool, str):
         return {"t": "py", "v": value}
+    if kind is Remote:
+        return {"t": "fn", "key": value.key}
     if kind is int:
         return {"t": "py", "v": value} if abs(value) < 2**63 else {"t": "bigint", "v": str(value)}
     if kind is float:
@@ -279,8 +312,20 @@ def standin(type_name: str) -> object:
     return cls()
 
 
-def decode(tree: object, buffers: list[bytes], depth: int = 0, bounds: Bounds = BOUNDS) -> object:
-    """Rebuild a value from :func:`encode`'s tree: built-ins and plain numeric arrays only."""
+def decode(
+    tree: object,
+    buffers: list[bytes],
+    depth: int = 0,
+    bounds: Bounds = BOUNDS,
+    functions: Callable[[str], object] | None = None,
+) -> object:
+    """Rebuild a value from :func:`encode`'s tree: built-ins and plain numeric arrays only.
+
+    A :class:`Remote` becomes ``functions(key)``; without ``functions`` (the trusted side,
+    always) it is a protocol violation: nothing decoded on the trusted side can be called.
+    """
+    if functions is not None:
+        return _decode_with(tree, buffers, depth, bounds, functions)
     if depth > bounds.depth + 1 or not isinstance(tree, dict):
         raise ProtocolError("a malformed value")
     t = tree.get("t")
@@ -319,6 +364,42 @@ def decode(tree: object, buffers: list[bytes], depth: int = 0, bounds: Bounds = 
     if t == "opaque":
         return standin(str(tree.get("type", "object"))[:60])
     raise ProtocolError(f"an unknown value kind {str(t)[:40]!r}")
+
+
+def _decode_with(tree, buffers, depth, bounds, functions) -> object:
+    """:func:`decode` in the sandbox: remote functions become ``functions(key)``."""
+    if isinstance(tree, dict) and tree.get("t") == "fn":
+        return functions(str(tree.get("key", "")))
+    if isinstance(tree, dict) and tree.get("t") in ("tuple", "list"):
+        items = [
+            _decode_with(v, buffers, depth + 1, bounds, functions)
+            for v in _items(tree, bounds.items)
+        ]
+        return tuple(items) if tree["t"] == "tuple" else items
+    if isinstance(tree, dict) and tree.get("t") == "dict":
+        out = {}
+        for pair in _items(tree, bounds.entries):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ProtocolError("a malformed dict")
+            key = _key(decode(pair[0], buffers, depth + 1, bounds))
+            out[key] = _decode_with(pair[1], buffers, depth + 1, bounds, functions)
+        return out
+    return decode(tree, buffers, depth, bounds)
+
+
+def largest_array(tree: object) -> int:
+    """The most numbers any one array of an encoded value holds (0 for none)."""
+    most, todo = 0, [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if node.get("t") == "nd" and isinstance(node.get("shape"), list):
+                shape = [n for n in node["shape"] if type(n) is int]
+                most = max(most, math.prod(shape))
+            todo.extend(node.get("items", []) if isinstance(node.get("items"), list) else [])
+        elif isinstance(node, list):
+            todo.extend(node)
+    return most
 
 
 def _items(tree: dict, limit: int) -> list:

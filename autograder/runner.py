@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import select
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from attnlib.checks._core import Abort
@@ -30,6 +31,7 @@ from .limits import Limits
 from .template import Sandbox, SandboxError, Template
 
 TICK = 0.05  # seconds between memory checks while waiting
+Callbacks = dict[str, Callable[..., object]]
 
 
 class Fault(Abort):
@@ -70,6 +72,8 @@ class Runner:
     notes: list[str] = field(default_factory=list)
     peak: int = 0  # most memory seen while measuring (see measure())
     _measuring: bool = False
+    _callbacks: dict = field(default_factory=dict)  # key → trusted function, during a request
+    _called: int = 0  # callbacks answered during the outstanding request
 
     @property
     def deadline(self) -> float:
@@ -117,11 +121,23 @@ class Runner:
 
     # -- requests for the checks ---------------------------------------------------------------
 
-    def request(self, header: dict, buffers: list[bytes] = ()) -> tuple[dict, list[bytes]]:
-        """One request about the learner's namespace; :class:`Fault` if the sandbox fails it."""
-        return self._ask(header, buffers, timeout=self.limits.timeout)
+    def request(
+        self, header: dict, buffers: list[bytes] = (), callbacks: Callbacks | None = None
+    ) -> tuple[dict, list[bytes]]:
+        """One request about the learner's namespace; :class:`Fault` if the sandbox fails it.
 
-    def measure(self, header: dict, buffers: list[bytes] = ()) -> tuple[dict, list[bytes], int]:
+        ``callbacks`` (key → function) are the trusted functions the learner's code may call
+        back while this request is outstanding (:mod:`autograder.protocol`, "Callbacks").
+        """
+        self._callbacks, self._called = dict(callbacks or {}), 0
+        try:
+            return self._ask(header, buffers, timeout=self.limits.timeout)
+        finally:
+            self._callbacks = {}
+
+    def measure(
+        self, header: dict, buffers: list[bytes] = (), callbacks: Callbacks | None = None
+    ) -> tuple[dict, list[bytes], int]:
         """A request, and the most memory the whole sandbox held above its level before it."""
         box = self._sandbox()
         base, _ = box.memory()
@@ -129,7 +145,7 @@ class Runner:
             box.cgroup.reset_peak()
         self.peak, self._measuring = base, True
         try:
-            reply, got = self.request(header, buffers)
+            reply, got = self.request(header, buffers, callbacks)
         finally:
             self._measuring = False
         top = box.cgroup.peak() if box.cgroup is not None else self.peak
@@ -225,8 +241,40 @@ class Runner:
             wait = min(left, 0.002 if self._measuring else TICK)
             if select.select([sock], [], [], wait)[0]:
                 header, got = protocol.recv(sock, deadline + 1)
-                return protocol.expect_reply(header, seq), got
+                callback = protocol.callback_of(header)
+                if callback is None:
+                    return protocol.expect_reply(header, seq), got
+                self._call_back(*callback, header, got)
+                continue
             self._watch()
+
+    def _call_back(self, n: int, key: str, header: dict, got: list[bytes]) -> None:
+        """Answer one callback of the outstanding request (see :meth:`request`)."""
+        fn = self._callbacks.get(key)
+        if fn is None or n != self._called or self._called >= protocol.CALLBACKS:
+            raise protocol.ProtocolError(f"an unexpected callback ({key[:40]!r}, #{n})")
+        self._called += 1
+        for tree in (header.get("args"), header.get("kwargs")):
+            if protocol.largest_array(tree) > protocol.CALLBACK_ELEMENTS:
+                return self._send_back(n, error=("ValueError", "an array too large for the grader"))
+        args = protocol.decode(header.get("args"), got)
+        kwargs = protocol.decode(header.get("kwargs"), got)
+        if not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
+            raise protocol.ProtocolError("a malformed callback")
+        try:
+            result = fn(*args, **{str(k): v for k, v in kwargs.items()})
+        except Exception as error:  # noqa: BLE001 — the trusted function refused the input
+            return self._send_back(n, error=(type(error).__name__, str(error)[:2000]))
+        return self._send_back(n, result=result)
+
+    def _send_back(self, n: int, result: object = None, error: tuple | None = None) -> None:
+        if error is not None:
+            protocol.send(self.box.sock, {"cb": n, "ok": False, "ename": error[0],
+                                          "evalue": error[1]})  # fmt: skip
+            return
+        blobs: list[bytes] = []
+        protocol.send(self.box.sock, {"cb": n, "ok": True,
+                                      "result": protocol.encode(result, blobs)}, blobs)  # fmt: skip
 
     def _watch(self) -> None:
         held, count = self.box.memory()

@@ -186,3 +186,23 @@ def test_the_worst_allowed_message_decodes_quickly():
     back = protocol.decode(tree, [])
     assert len(back) == 100 and len(back[0]) == 1000
     assert time.monotonic() - started < 5  # milliseconds in fact; quadratic would be minutes
+
+
+def test_nothing_decoded_on_the_trusted_side_can_be_called():
+    blobs: list[bytes] = []
+    tree = protocol.encode([protocol.Remote("k1"), {"f": protocol.Remote("k2")}], blobs)
+    with pytest.raises(ProtocolError, match="unknown value kind 'fn'"):
+        protocol.decode(tree, blobs)
+    made = []
+    back = protocol.decode(tree, blobs, functions=lambda key: made.append(key) or key.upper())
+    assert back == ["K1", {"f": "K2"}] and made == ["k1", "k2"]  # in the sandbox only
+
+
+def test_callbacks_are_recognised_and_their_arrays_measured():
+    assert protocol.callback_of({"seq": 1, "ok": True}) is None
+    assert protocol.callback_of({"op": "callback", "cb": 2, "key": "k"}) == (2, "k")
+    with pytest.raises(ProtocolError, match="malformed callback"):
+        protocol.callback_of({"op": "callback", "cb": "2", "key": "k"})
+    blobs: list[bytes] = []
+    tree = protocol.encode((np.zeros((3, 4)), [np.zeros(20)], {"m": np.zeros((2, 2, 2))}), blobs)
+    assert protocol.largest_array(tree) == 20

@@ -146,7 +146,8 @@ print(json.dumps({"pid": os.getpid(), "procs": procs, "caps": caps, "userns": us
 """
     first = value(template, source)
     second = value(template, source)
-    assert set(first["tmp"]) == set(second["tmp"]) == {"left-behind", "work"}  # its own only
+    env = {Path(d).relative_to("/tmp").parts[0] for d in view.under_tmp()}  # a .venv in /tmp
+    assert set(first["tmp"]) == set(second["tmp"]) == {"left-behind", "work", *env}  # its own
     assert not os.path.exists("/tmp/left-behind")
     assert first["pid"] < 10 and len(first["procs"]) <= 3, first  # init, executor (and pid 1)
     assert int(first["caps"], 16) == 0 and first["userns"] == -1 and first["host"] == "sandbox"
@@ -353,3 +354,93 @@ print(json.dumps(out))
     assert done.returncode == 0, done.stderr[-3000:]
     outputs = json.loads(done.stdout.strip().splitlines()[-1])
     assert printed(outputs).strip() == '["42", true]', outputs
+
+
+# -- callbacks: trusted functions the learner's code may call, and only while asked -----------
+
+
+def _proxy(template, sources: list[str], ident: str, stand_ins=None):
+    from autograder.scoring import Proxy
+
+    runner = Runner(template, Limits(timeout=20, budget=120))
+    for i, source in enumerate(sources):
+        runner.run(i, source)
+    return runner, Proxy(runner, ident, stand_ins)
+
+
+def test_a_function_passed_to_learner_code_runs_on_the_trusted_side(template):
+    import numpy as np
+
+    seen = []
+
+    def trusted(x):
+        seen.append((type(x), x.shape))
+        return x * 2
+
+    runner, proxy = _proxy(template, ["def apply(fn, x):\n    return fn(x) + 1"], "apply")
+    try:
+        result = proxy(trusted, np.arange(3.0))
+    finally:
+        runner.close()
+    assert np.array_equal(result, [1.0, 3.0, 5.0])
+    assert seen == [(np.ndarray, (3,))]
+
+
+def test_stand_ins_replace_the_learners_names_for_one_call_only(template):
+    import numpy as np
+
+    from attnlib.numpy import softmax as reference
+    from autograder.scoring import Proxy
+
+    cells = [
+        "import numpy as np\ndef softmax(x, axis=-1):\n    return np.exp(x)\n",  # wrong
+        "def masked_softmax(scores, mask=None):\n    return softmax(scores)\n",
+    ]
+    runner, proxy = _proxy(template, cells, "masked_softmax", {"softmax": reference})
+    x = np.array([[1.0, 2.0, 3.0]])
+    try:
+        with_reference = proxy(x)
+        alone = Proxy(runner, "masked_softmax")(x)
+    finally:
+        runner.close()
+    assert np.allclose(with_reference, reference(x))
+    assert np.allclose(alone, np.exp(x))  # the learner's own softmax is back
+
+
+@pytest.mark.parametrize(
+    ("cells", "expected"),
+    [
+        (
+            ["kept = []\ndef f(fn):\n    kept.append(fn)\n    return 0", "kept[0](1)"],
+            "ProtocolViolation",
+        ),
+        (["def f(fn):\n    while True:\n        fn(1)"], "ProtocolViolation"),
+        (
+            [
+                "import numpy as np\ndef f(fn):\n    try:\n        fn(np.zeros(2**19))\n"
+                "    except ValueError as e:\n        return str(e)"
+            ],
+            "too large",
+        ),
+    ],
+    ids=["calls-back-out-of-turn", "calls-back-forever", "sends-a-huge-array"],
+)
+def test_callbacks_are_bounded_and_only_while_asked(template, cells, expected):
+    calls = []
+
+    def trusted(x):
+        calls.append(1)
+        return 0
+
+    runner, proxy = _proxy(template, cells[:1], "f")
+    try:
+        try:
+            result = proxy(trusted)
+        except Exception as error:  # noqa: BLE001 — the fault is what we look at
+            result = f"{type(error).__name__}: {error}"
+        if len(cells) > 1:  # the stashed stand-in, called later from a cell
+            result = runner.run(1, cells[1]).outputs[-1]["ename"]
+    finally:
+        runner.close()
+    assert expected in str(result), result
+    assert len(calls) <= 20_000
