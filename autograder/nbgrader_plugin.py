@@ -46,7 +46,7 @@ from nbgrader.preprocessors import (
 )
 from traitlets import Float, Integer, Unicode
 
-from . import submission
+from . import history, submission
 from .limits import Limits
 from .protocol import scrub
 from .template import shared
@@ -206,6 +206,12 @@ class TrustedExecute(NbGraderPreprocessor):
         apply(nb, result)
         if _kept is not None:
             _kept[info["notebook"]] = result
+        history.record(CourseDirectory(config=self.config).root, {
+            "student": info["student"], "lesson": info["assignment"], "notebook": info["notebook"],
+            "submission": fingerprint(plain, files)[:16], "seconds": result.get("seconds"),
+            "verdicts": [dict(v) for v in result.get("verdicts", [])],
+            "notes": list(result.get("notes", []))[:20],
+        })  # fmt: skip
         return nb, resources
 
 

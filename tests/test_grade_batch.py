@@ -119,3 +119,20 @@ def test_a_second_run_grades_nobody_again(courses):
     done = attn_grade(ours, "batch", lesson, "--course", str(ours), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert {r["status"] for r in json.loads(done.stdout)} == {"skipped"}
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_both_ways_keep_every_verdict_in_the_course_history(courses, lesson):
+    from autograder import history
+
+    for course in courses[:2]:
+        found = {e["student"]: e for e in history.entries(course, lesson)}
+        assert set(found) == set(STUDENTS[lesson]), course
+        scores = grades(course, lesson)
+        for student, entry in found.items():
+            assert entry["notebook"] == lesson and len(entry["submission"]) == 16
+            for verdict in entry["verdicts"]:
+                assert bool(verdict["mistake"]) != verdict["passed"], verdict
+            failed = {v["name"] for v in entry["verdicts"] if not v["passed"]}
+            lost = {cell for (who, cell), score in scores.items() if who == student and not score}
+            assert {f"test_{name}" for name in failed} <= lost, (student, failed, lost)
