@@ -11,7 +11,8 @@ What the batch adds:
 * every submission is checked before nbgrader touches it (:mod:`autograder.submission`): one
   holding a link, a special file or an unspellable name is *refused* and reported, and nothing of
   it is read or copied;
-* a pool of trusted workers (:mod:`autograder.pool`) grades the submissions ahead of nbgrader's
+* a pool of trusted workers (:mod:`autograder.pool`: local processes, or a Dask cluster's
+  workers) grades the submissions ahead of nbgrader's
   loop, which finds each result ready: :class:`~autograder.nbgrader_plugin.TrustedExecute` takes
   a result only for exactly the notebook and files it was given, and grades anything else itself;
 * a journal (``COURSE/.attn-grade/LESSON.jsonl``): a batch killed half-way and rerun grades only
@@ -41,7 +42,7 @@ from nbgrader.coursedir import CourseDirectory
 
 from . import nbgrader_plugin, submission
 from .limits import Limits
-from .pool import Pool
+from .pool import DaskPool, Pool
 
 JOURNAL_DIR = ".attn-grade"
 
@@ -132,6 +133,7 @@ class BatchOptions:
     progress: bool = True
     feedback: bool = True
     log_level: str = "ERROR"
+    dask: str | None = None  # a Dask scheduler address, or "local:N"
 
 
 @dataclass
@@ -201,11 +203,15 @@ def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult
     if not todo:
         return sorted(results, key=lambda r: r.student)
 
-    pool = Pool(max(1, options.workers), lesson, options.isolation, options.limits)
+    if options.dask:
+        pool = DaskPool(options.dask, lesson, options.isolation, options.limits)
+    else:
+        pool = Pool(max(1, options.workers), lesson, options.isolation, options.limits)
+    workers = pool.workers if options.dask else max(1, options.workers)
     bar = tqdm(total=len(todo), desc=f"grading {lesson}", unit="student",
                disable=not options.progress, leave=False)  # fmt: skip
     ahead: deque[_Todo] = deque()
-    window = 2 * max(1, options.workers) + 1
+    window = 2 * workers + 1
     waiting = iter(todo)
 
     def lookup(student: str, notebook: str, nb: dict, files: dict) -> dict | None:

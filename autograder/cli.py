@@ -3,7 +3,9 @@
     attn-grade check NOTEBOOK [--json] [--timeout S] [--memory MB] [--no-record]
     attn-grade batch LESSON --course DIR [--workers N] [--timeout S] [--budget S] [--memory MB]
                      [--json] [--csv PATH] [--force] [--no-progress] [--no-feedback]
-                     [--no-isolation]
+                     [--dask ADDRESS|local:N] [--no-isolation]
+    attn-grade report (LESSON | --all) --course DIR [--html PATH] [--csv DIR] [--json]
+                      [--stuck N]
 
 See docs/grading.md.
 """
@@ -62,9 +64,32 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--no-feedback", action="store_true", help="write no attn-feedback.md")
     batch.add_argument("--log-level", default="ERROR", help="nbgrader's log level (ERROR)")
     batch.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="grade on a Dask cluster: its scheduler address (tcp://host:8786), or local:N for "
+        "N local workers; the same isolation on every worker",
+    )
+    batch.add_argument(
         "--no-isolation",
         action="store_true",
         help="run learner code without a sandbox (DANGEROUS: never for a class)",
+    )
+
+    report = sub.add_parser(
+        "report", help="class analytics: scores, named mistakes, mastery, stuck students"
+    )
+    report.add_argument("lesson", nargs="?", help="a lesson (or --all)")
+    report.add_argument("--all", action="store_true", help="every lesson with submissions")
+    report.add_argument("--course", type=Path, default=Path("."), help="nbgrader course folder")
+    report.add_argument("--html", type=Path, metavar="PATH", help="write a self-contained page")
+    report.add_argument("--csv", type=Path, metavar="DIR", help="write one CSV per table here")
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
+    report.add_argument(
+        "--stuck",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stuck: the same mistake in each of the last N distinct submissions (3)",
     )
     return parser
 
@@ -73,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "report":
+        return _report(args)
     return _batch(args)
 
 
@@ -143,6 +170,7 @@ def _batch(args) -> int:
         progress=not args.no_progress and not args.json,
         feedback=not args.no_feedback,
         log_level=args.log_level,
+        dask=args.dask,
     )
     results = run_batch(course, args.lesson, options)
     if args.csv:
@@ -152,6 +180,40 @@ def _batch(args) -> int:
     else:
         print(summary_table(results))
     return 1 if any(r.status in ("error", "refused") for r in results) else 0
+
+
+def _report(args) -> int:
+    import warnings
+
+    from . import report
+
+    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's own SAWarnings
+    if bool(args.lesson) == bool(args.all):
+        print("attn-grade report: name a lesson, or give --all", file=sys.stderr)
+        return 2
+    course = args.course.resolve()
+    if not (course / "nbgrader_config.py").exists() and not (course / "gradebook.db").exists():
+        print(f"attn-grade: {course} does not look like an nbgrader course", file=sys.stderr)
+        return 2
+    try:
+        after = report.STUCK_AFTER if args.stuck is None else max(1, args.stuck)
+        course_id, reports = report.build(course, None if args.all else [args.lesson], after)
+    except report.ReportError as error:
+        print(f"attn-grade report: {error}", file=sys.stderr)
+        return 2
+    if not reports:
+        print("attn-grade report: no lesson has submissions yet", file=sys.stderr)
+        return 2
+    if args.html:
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(report.html_page(course_id, reports), encoding="utf-8")
+    if args.csv:
+        report.write_csv(reports, args.csv)
+    if args.json:
+        print(report.as_json(course_id, reports))
+    elif not (args.html or args.csv):
+        print(report.text_summary(reports))
+    return 0
 
 
 def _user() -> str:

@@ -1,10 +1,18 @@
-"""The grading workers behind ``attn-grade batch``: trusted processes, one template each.
+"""The grading workers behind ``attn-grade batch``: a local pool, or a Dask cluster.
 
-Each worker is a fresh (spawned) process of the trusted side. It starts one template for the
-lesson (:mod:`autograder.template`) and then grades submission after submission with
+Each worker is a trusted process. It keeps one warm template per lesson
+(:mod:`autograder.template`) and grades submission after submission with
 :func:`autograder.engine.grade`: it runs the hidden checks itself, while every submission's code
-runs in its own sandbox forked from the template. Workers die with the batch
-(``PR_SET_PDEATHSIG``), and their templates and sandboxes die with them.
+runs in its own sandbox forked from the template. The same isolation holds wherever a worker
+runs; the worker only *computes* a result — nbgrader's gradebook is written by the batch alone,
+once per submission, whatever happens to the workers.
+
+* :class:`Pool` — local worker processes (spawned), which die with the batch
+  (``PR_SET_PDEATHSIG``), their templates and sandboxes with them.
+* :class:`DaskPool` — the workers of a Dask ``distributed`` cluster (a scheduler address, or
+  ``local:N`` for a ``LocalCluster`` of N single-threaded workers). A worker that dies mid-batch
+  costs nothing: Dask runs its submissions again elsewhere, and the batch applies each result
+  once.
 """
 
 from __future__ import annotations
@@ -36,16 +44,23 @@ def _ping() -> int:
     return os.getpid()
 
 
-def _grade(nb_json: str, files: dict[str, bytes]) -> dict:
+def grade(lesson: str, isolation: str, limits: Limits, nb_json: str, files: dict) -> dict:
+    """Grade one notebook in this worker (a template per lesson, kept warm between calls)."""
     from . import engine
     from .template import shared
 
-    template = shared(_WORKER["lesson"], _WORKER["isolation"])
-    return engine.grade(json.loads(nb_json), template, _WORKER["limits"], files).as_dict()
+    for name in THREAD_VARIABLES:  # the workers share the cores
+        os.environ.setdefault(name, "1")
+    template = shared(lesson, isolation)
+    return engine.grade(json.loads(nb_json), template, limits, files).as_dict()
+
+
+def _grade(nb_json: str, files: dict[str, bytes]) -> dict:
+    return grade(_WORKER["lesson"], _WORKER["isolation"], _WORKER["limits"], nb_json, files)
 
 
 class Pool:
-    """``workers`` trusted grading processes for one lesson (see the module doc).
+    """``workers`` local grading processes for one lesson (see the module doc).
 
     Each worker grades one submission at a time, so its BLAS and OpenMP libraries get one thread
     (unless the environment already says otherwise): the workers share the cores.
@@ -69,3 +84,33 @@ class Pool:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskPool:
+    """The workers of a Dask cluster (see the module doc); ``address`` or ``local:N``."""
+
+    def __init__(self, address: str, lesson: str, isolation: str, limits: Limits):
+        from distributed import Client, LocalCluster
+
+        self.cluster = None
+        if address.startswith("local:"):
+            workers = int(address.split(":", 1)[1])
+            self.cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True,
+                host="127.0.0.1", dashboard_address=None,
+            )  # fmt: skip
+            address = self.cluster.scheduler_address
+        self.client = Client(address, set_as_default=False)
+        self.task = (lesson, isolation, limits)
+
+    @property
+    def workers(self) -> int:
+        return max(1, sum(self.client.nthreads().values()))
+
+    def submit(self, nb_json: str, files: dict[str, bytes]):
+        return self.client.submit(grade, *self.task, nb_json, files, pure=False, retries=1)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()

@@ -27,6 +27,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,12 +214,16 @@ class Template:
         self.close()
 
 
-_shared: dict[tuple[str, str], Template] = {}
+_shared: dict[tuple[str, str, int], Template] = {}
 
 
 def shared(lesson: str, isolation: str) -> Template:
-    """This process's warm template for ``lesson`` (started on first use, closed at exit)."""
-    key = (lesson, isolation)
+    """This thread's warm template for ``lesson`` (started on first use, closed at exit).
+
+    One per thread: a template serves one request at a time, and a Dask worker may grade on
+    several threads at once.
+    """
+    key = (lesson, isolation, threading.get_ident())
     template = _shared.get(key)
     if template is None or not template.alive():
         if template is not None:

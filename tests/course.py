@@ -30,9 +30,11 @@ def nbgrader(course: Path, *args: str, timeout: float = 900) -> subprocess.Compl
     )
 
 
-def make_course(root: Path, lessons: list[str]) -> Path:
-    """Copy the course config and sources to ``root`` and release ``lessons`` there."""
-    shutil.copy(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
+def make_course(root: Path, lessons: list[str], extra_config: str = "") -> Path:
+    """Copy the course config (plus ``extra_config`` lines) and sources to ``root`` and release
+    ``lessons`` there."""
+    config = (REPO / "nbgrader_config.py").read_text(encoding="utf-8")
+    (root / "nbgrader_config.py").write_text(config + extra_config, encoding="utf-8")
     shutil.copytree(
         REPO / "solutions", root / "solutions", ignore=shutil.ignore_patterns(".ipynb_*")
     )

@@ -98,3 +98,46 @@ def make_lab(
         yield base, proc
     finally:
         stop_group(proc)
+
+
+@contextlib.contextmanager
+def postgres(timeout: float = 60) -> Iterator[str]:
+    """A throw-away PostgreSQL server on 127.0.0.1; yields the URL of an empty database.
+
+    Its data lives in a fresh directory under /tmp, removed afterwards. PostgreSQL refuses to
+    run as root, so as root the server runs as ``nobody``. Skips, saying why, when the server
+    programs (Debian's postgresql) are not installed.
+    """
+    import shutil
+    import tempfile
+
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not on PATH (Debian: postgresql)")
+    as_user = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    prefix = as_user if os.geteuid() == 0 else []
+    base = Path(tempfile.mkdtemp(prefix="attn-pg-", dir="/tmp"))
+    data = base / "data"
+    if prefix:
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(base, nobody.pw_uid, nobody.pw_gid)
+    port = free_port()
+    run = {"capture_output": True, "text": True, "timeout": timeout, "stdin": subprocess.DEVNULL}
+    try:
+        done = subprocess.run([*prefix, initdb, "-D", str(data), "-U", "postgres",
+                               "--auth=trust", "-E", "UTF8", "--no-locale"], **run)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        options = f"-h 127.0.0.1 -p {port} -k {base}"
+        done = subprocess.run([*prefix, pg_ctl, "-D", str(data), "-o", options,
+                               "-l", str(base / "log"), "-w", "start"], **run)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:] + (base / "log").read_text()[-2000:]
+        done = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                               "-c", "CREATE DATABASE gradebook"], **run)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        yield f"postgresql://postgres@127.0.0.1:{port}/gradebook"
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=timeout)  # fmt: skip
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,110 @@
+"""``attn-grade batch --dask``: grading on a Dask cluster, and a worker killed mid-batch.
+
+A ``LocalCluster`` of two single-threaded worker processes (with nannies, as on a real cluster)
+grades a class of lesson 02; as soon as the first student is recorded one worker is killed with
+SIGKILL. Every student must still be graded exactly once, with the scores the local pool gives a
+copy of the same course, and nothing of the killed worker's sandboxes may be left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from course import BIN, env, make_course
+from nbgrader.api import Gradebook
+from test_grade_students import STUDENTS, student_notebook, submit
+
+from autograder import history, limits, view
+
+LESSON = "02-softmax-masking"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.lesson02,
+    pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
+]
+
+
+def _class(course: Path) -> list[str]:
+    names = []
+    for n, (kind, edits) in enumerate(list(STUDENTS[LESSON].items()) * 2):
+        name = f"s{n:02d}-{kind}"
+        submit(course, LESSON, name, student_notebook(LESSON, edits))
+        names.append(name)
+    return names
+
+
+def _scores(course: Path) -> dict[str, float]:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {s.student.id: s.score for s in gb.find_assignment(LESSON).submissions}
+
+
+def _batch(course: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
+         "--timeout", "20", *extra],
+        cwd=course, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _sandboxes_of(pid: int) -> list[int]:
+    """The bubblewrap processes (templates) started by worker ``pid``."""
+    found = []
+    for child in limits.tree(pid)[1:]:
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "bwrap":
+                found.append(child)
+        except OSError:
+            pass
+    return found
+
+
+def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
+    from distributed import Client, LocalCluster
+
+    (tmp_path / "dask").mkdir()
+    (tmp_path / "local").mkdir()
+    course = make_course(tmp_path / "dask", [LESSON])
+    names = _class(course)
+    local = tmp_path / "local"
+    shutil.copytree(course, local, dirs_exist_ok=True)
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           host="127.0.0.1", dashboard_address=None)  # fmt: skip
+    client = Client(cluster)
+    try:
+        batch = _batch(course, "--dask", cluster.scheduler_address)
+        reference = _batch(local, "--workers", "2")
+        deadline = time.monotonic() + 300
+        while not list(history.entries(course, LESSON)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids = client.run(os.getpid)
+        victim = sorted(pids.values())[0]
+        templates = _sandboxes_of(victim)
+        assert batch.poll() is None, "the batch ended before a worker could be killed"
+        os.kill(victim, signal.SIGKILL)  # a worker dies mid-batch
+        out, err = batch.communicate(timeout=600)
+        reference.communicate(timeout=600)
+    finally:
+        client.close()
+        cluster.close()
+
+    assert batch.returncode == 0, err[-3000:]
+    results = {r["student"]: r for r in json.loads(out)}
+    assert sorted(results) == names and {r["status"] for r in results.values()} == {"graded"}
+    recorded = [e["student"] for e in history.entries(course, LESSON)]
+    assert sorted(recorded) == names  # each student graded once: one line each
+    assert _scores(course) == _scores(local)
+    assert _scores(course)["s00-honest"] == 17.0
+    assert templates, "the killed worker had started no sandbox template"
+    deadline = time.monotonic() + 20
+    while any(map(limits.alive, templates)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(map(limits.alive, templates))  # they died with their worker

@@ -1,0 +1,71 @@
+"""A course whose gradebook is a real PostgreSQL server, written by concurrent graders.
+
+nbgrader keeps its gradebook wherever ``c.CourseDirectory.db_url`` points. A scratch course of
+lessons 01 and 02 is graded into a PostgreSQL database by two ``attn-grade batch`` runs at once
+(one per lesson, both writing the one gradebook) and, in a copy, into SQLite one lesson after
+the other: every grade cell of every student gets the same score both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from course import BIN, env, make_course
+from nbgrader.api import Gradebook
+from servers import postgres
+from test_grade_students import STUDENTS, student_notebook, submit
+
+from autograder import view
+
+LESSONS = ["01-scoring", "02-softmax-masking"]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.lesson01,
+    pytest.mark.lesson02,
+    pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
+]
+
+
+def grades(db_url: str) -> dict[tuple[str, str, str], float]:
+    out = {}
+    with Gradebook(db_url, "attention") as gb:
+        for lesson in LESSONS:
+            for submission in gb.find_assignment(lesson).submissions:
+                for nb in submission.notebooks:
+                    for grade in nb.grades:
+                        out[(lesson, submission.student.id, grade.name)] = grade.score
+    return out
+
+
+def batch(course, lesson) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(BIN / "attn-grade"), "batch", lesson, "--course", str(course), "--json",
+         "--workers", "1"],
+        cwd=course, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_a_postgresql_gradebook_with_concurrent_writers_gives_sqlites_scores(tmp_path):
+    (tmp_path / "pg").mkdir()
+    (tmp_path / "sqlite").mkdir()
+    with postgres() as db_url:
+        lite = make_course(tmp_path / "sqlite", LESSONS)
+        pg = make_course(tmp_path / "pg", LESSONS, f"\nc.CourseDirectory.db_url = {db_url!r}\n")
+        for lesson in LESSONS:
+            for name, edits in list(STUDENTS[lesson].items())[:4]:  # honest, blank, two bugs
+                for course in (lite, pg):
+                    submit(course, lesson, name, student_notebook(lesson, edits))
+        # two graders write the PostgreSQL gradebook at once; SQLite's run beside them
+        runs = [batch(course, lesson) for course in (pg, lite) for lesson in LESSONS]
+        for run in runs:
+            out, err = run.communicate(timeout=900)
+            assert run.returncode == 0, err[-3000:]
+            assert {r["status"] for r in json.loads(out)} == {"graded"}
+
+        theirs = grades(f"sqlite:///{lite / 'gradebook.db'}")
+        ours = grades(db_url)
+    assert not (pg / "gradebook.db").exists()  # nothing went to SQLite by mistake
+    assert ours == theirs and len(ours) > 20
