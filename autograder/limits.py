@@ -8,9 +8,9 @@ reach is no limit, so the whole sandbox is also bounded from outside:
   offers one we may write (as root, usually) — the kernel counts every process of the sandbox,
   its page cache and its ``/tmp``;
 * otherwise by a watchdog (:func:`tree_memory`): while the trusted side waits for a reply it sums
-  the resident memory of every process in the sandbox's process tree (a PID namespace, so no
-  process escapes the tree) and kills the sandbox past the limit; the process count is then the
-  sandbox's ``RLIMIT_NPROC``, which the kernel counts per user namespace;
+  the memory of every process in the sandbox's process tree (a PID namespace, so no process
+  escapes the tree; shared pages counted once) and kills the sandbox past the limit; the process
+  count is then the sandbox's ``RLIMIT_NPROC``, which the kernel counts per user namespace;
 * **time** by the deadlines of :mod:`autograder.runner`: per cell and per call, and per notebook.
 """
 
@@ -194,16 +194,35 @@ def tree(root: int) -> list[int]:
     return found
 
 
-def tree_memory(root: int) -> tuple[int, int]:
-    """Resident bytes and process count of the tree under ``root``."""
+def tree_memory(root: int, precise_above: int | None = None) -> tuple[int, int]:
+    """Bytes of memory and the process count of the tree under ``root``.
+
+    The sum of resident sets counts a page shared by several processes once for each (a forked
+    child shares most of its parent): cheap, and an upper bound. When that sum is above
+    ``precise_above``, the proportional set sizes (``Pss``, each shared page split between its
+    sharers) are summed instead — what the tree really holds, at a few milliseconds a process.
+    """
     page = os.sysconf("SC_PAGE_SIZE")
+    pids = tree(root)
     total = count = 0
-    for pid in tree(root):
+    for pid in pids:
         with contextlib.suppress(OSError, ValueError, IndexError):
             with open(f"/proc/{pid}/statm") as f:
                 total += int(f.read().split()[1]) * page
             count += 1
-    return total, count
+    if precise_above is None or total <= precise_above:
+        return total, count
+    return sum(_proportional(pid) for pid in pids), count
+
+
+def _proportional(pid: int) -> int:
+    """The proportional set size of ``pid`` in bytes (0 if it is gone)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    return 0
 
 
 def alive(pid: int) -> bool:

@@ -277,13 +277,14 @@ class Runner:
                                       "result": protocol.encode(result, blobs)}, blobs)  # fmt: skip
 
     def _watch(self) -> None:
-        held, count = self.box.memory()
+        limit = self.limits.memory_mb * 2**20
+        held, count = self.box.memory(precise_above=limit)
         if self._measuring:
             self.peak = max(self.peak, held)
-        if self.box.cgroup is None and held > self.limits.memory_mb * 2**20:
+        if self.box.cgroup is None and held > limit:
             raise _OverMemory(
-                f"the notebook's processes held {held / 2**20:.0f} MB, over the limit of "
-                f"{self.limits.memory_mb} MB, and were stopped"
+                f"the notebook's processes held {held / 2**20:.0f} MB of memory, over the limit "
+                f"of {self.limits.memory_mb} MB, and were stopped"
             )
 
     def _death_text(self) -> str:

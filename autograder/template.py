@@ -64,11 +64,11 @@ class Sandbox:
         with contextlib.suppress(OSError):
             os.kill(self.executor, signal.SIGINT)
 
-    def memory(self) -> tuple[int, int]:
-        """Resident bytes and processes of the whole sandbox now."""
+    def memory(self, precise_above: int | None = None) -> tuple[int, int]:
+        """Bytes of memory and processes of the whole sandbox now (see ``tree_memory``)."""
         if self.cgroup is not None:
             return self.cgroup.memory(), len(self.cgroup.pids())
-        return limits_mod.tree_memory(self.child)
+        return limits_mod.tree_memory(self.child, precise_above)
 
     def close(self) -> None:
         """Kill every process of the sandbox and wait until they are gone."""
