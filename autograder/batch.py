@@ -74,7 +74,9 @@ class Journal:
 
     def mark(self, entry: dict) -> None:
         self.entries[entry["student"]] = entry
-        with open(self.path, "a", encoding="utf-8") as f:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+        fd = os.open(self.path, flags, 0o600)
+        with open(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -40,7 +40,7 @@ def mistake_key(message: str) -> str:
     text = re.split(r"\s+on\s+(?=[A-Za-z_]\w* [\[(])", text, maxsplit=1)[0]  # "… on Q (2, 5, 4)"
     text = re.sub(r"\([^()]*\)", "(…)", text)
     text = re.sub(r"\[[^\[\]]*\]", "[…]", text)
-    text = re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", text)
+    text = re.sub(r"(?<![\w-])[-−]?\d+(\.\d+)?(e[-+]?\d+)?(?![\w-])", "#", text)  # not 02-softmax
     return re.sub(r"\s+", " ", text)[:200]
 
 

@@ -209,10 +209,18 @@ class TrustedExecute(NbGraderPreprocessor):
         history.record(CourseDirectory(config=self.config).root, {
             "student": info["student"], "lesson": info["assignment"], "notebook": info["notebook"],
             "submission": fingerprint(plain, files)[:16], "seconds": result.get("seconds"),
-            "verdicts": [dict(v) for v in result.get("verdicts", [])],
+            "verdicts": [{**v, "grade_id": _grade_id(nb, v["cell"])}
+                         for v in result.get("verdicts", [])],
             "notes": list(result.get("notes", []))[:20],
         })  # fmt: skip
         return nb, resources
+
+
+def _grade_id(nb, index: int) -> str:
+    """The nbgrader grade id of code cell ``index`` (empty for a check outside any cell)."""
+    if not 0 <= index < len(nb.cells):
+        return ""
+    return str(nb.cells[index].metadata.get("nbgrader", {}).get("grade_id", ""))
 
 
 def apply(nb, result: dict) -> None:

@@ -1,0 +1,357 @@
+"""``attn-grade report``: class analytics that agree with the gradebook, in JSON, CSV and a page.
+
+A scratch course of lesson 02 whose gradebook is not where nbgrader puts it by default (the
+course's ``nbgrader_config.py`` sets ``CourseDirectory.db_url``, as a PostgreSQL course would): a
+few made-up students from tests/test_grade_students.py are graded with ``attn-grade batch``;
+then ``scale-dk`` resubmits twice with the same mistake (only whitespace changes, so each is a new
+submission) and is stuck, while ``wrong-axis`` resubmits once with its mistake and then fixes it,
+and is not. One student's id is markup that starts like a spreadsheet formula. Every number of
+the report is compared with the gradebook; the page is opened in Chromium.
+
+The first tests need no grading: they check the rules (attempts, stuck, mastery) on made-up
+history lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+
+import nbformat
+import pytest
+from course import BIN, env, make_course
+from nbgrader.api import Gradebook
+from test_grade_students import STUDENTS, student_notebook, submit
+
+from autograder import cli, report
+from autograder.report import Cell
+
+LESSON = "02-softmax-masking"
+ODD = "=cmd <img src=x onerror=alert(1)>"  # a student id: markup, and a formula in a spreadsheet
+CLASS = {  # student → edits, from tests/test_grade_students.py
+    "honest": {},
+    "blank": "release",
+    "wrong-axis": STUDENTS[LESSON]["wrong-axis"],
+    "scale-dk": STUDENTS[LESSON]["scale-dk"],
+    "causal-lt": STUDENTS[LESSON]["causal-lt"],
+    ODD: STUDENTS[LESSON]["wrong-answers"],
+}
+MS = 1000
+
+
+def slow(test):
+    """A test of the graded class: it starts real grading (and perhaps Chromium)."""
+    return pytest.mark.slow(pytest.mark.lesson02(pytest.mark.timeout(900)(test)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules, on made-up history lines
+
+CELLS = [
+    Cell("test_softmax", "nb", "test_softmax", 2.0, False, ["softmax"]),
+    Cell("test_q1", "nb", "test_q1", 1.0, True, ["q1"]),
+]
+
+
+def graded(student, submission, *mistakes):
+    verdicts = [{"name": "softmax", "passed": False, "message": m, "mistake": m} for m in mistakes]
+    verdicts = verdicts or [{"name": "softmax", "passed": True, "message": "", "mistake": ""}]
+    return {"student": student, "notebook": "nb", "submission": submission, "seconds": 1.5,
+            "verdicts": verdicts}  # fmt: skip
+
+
+def test_a_regrade_is_not_an_attempt_and_stuck_needs_the_same_mistake_every_time():
+    lines = [
+        graded("same", "A", "wrong axis"), graded("same", "A", "wrong axis"),  # a regrade
+        graded("same", "B", "wrong axis"), graded("same", "C", "wrong axis", "no shift"),
+        graded("fixed", "A", "wrong axis"), graded("fixed", "B", "wrong axis"),
+        graded("fixed", "C"),
+        graded("other", "A", "wrong axis"), graded("other", "B", "no shift"),
+        graded("other", "C", "wrong axis"),
+        graded("back", "A", "wrong axis"), graded("back", "B", "wrong axis"),
+        graded("back", "A", "wrong axis"),  # back to A: two distinct submissions, A the last
+    ]  # fmt: skip
+    attempts = report.attempts_of(lines, CELLS)
+    assert {s: len(a) for s, a in attempts.items()} == {"same": 3, "fixed": 3, "other": 3,
+                                                         "back": 2}  # fmt: skip
+    assert [a.submission for a in attempts["back"]] == ["B", "A"]
+    stuck = {s: report.stuck_on(a) for s, a in attempts.items()}
+    assert stuck == {"same": [("test_softmax", "wrong axis")], "fixed": [], "other": [],
+                     "back": []}  # fmt: skip
+    assert report.stuck_on(attempts["back"], after=2) == [("test_softmax", "wrong axis")]
+
+    rows = {(m.exercise, m.mistake): m for m in report.mistake_stats("L", attempts)}
+    axis = rows[("test_softmax", "wrong axis")]
+    assert (axis.students_now, axis.students_ever, axis.submissions) == (3, 4, 9)
+    shift = rows[("test_softmax", "no shift")]
+    assert (shift.students_now, shift.students_ever, shift.submissions) == (1, 2, 2)
+
+
+def test_mastery_is_eighty_percent_of_the_mastery_questions():
+    assert report.mastered(5, 6) and report.mastered(4.8, 6) and report.mastered(0.8, 1)
+    assert report.mastered(4, 6) is False and report.mastered(0, 0) is None
+    assert report.is_mastery("test_q3", []) and not report.is_mastery("test_softmax", [])
+
+
+def test_learner_text_is_escaped_in_the_page_and_defused_in_the_csv(tmp_path):
+    student = report.StudentStats(
+        "L", "<script>alert(1)</script>", 1.0, 3.0, {"test_softmax": 0.0, "test_q1": 1.0}, 1.0,
+        1.0, True, 1, False, [], ["test_softmax: raised <b>Bold</b>"], 1.5, 1.5,
+    )  # fmt: skip
+    mistake = report.MistakeStats("L", "test_softmax", 'could not be checked: "<img src=x>"', 1,
+                                  1, 1)  # fmt: skip
+    lesson = report.LessonReport("L<i>", CELLS, [
+        report.exercise_stats("L", c, {student.student: student.cells}) for c in CELLS
+    ], [mistake], [student])  # fmt: skip
+    page = report.html_page("c", [lesson])
+    for markup in ("<script>alert", "<b>Bold", "<img src=x>", "<i>"):
+        assert markup not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("<img ") == 3 and "http" not in page.split("<body>")[1]
+    student.student = "=HYPERLINK(1)"
+    report.write_csv([lesson], tmp_path)
+    with open(tmp_path / "students.csv", newline="") as f:
+        assert next(csv.DictReader(f))["student"] == "'=HYPERLINK(1)"
+
+
+# ---------------------------------------------------------------------------------------------
+# a graded class
+
+
+def attn_grade(course, *args, timeout=600):
+    return subprocess.run(
+        [str(BIN / "attn-grade"), *args], cwd=course, env=env(), capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=timeout,
+    )  # fmt: skip
+
+
+def resubmit(course, student, edits, spaces):
+    """Submit ``edits`` again, with ``spaces`` trailing blanks in one cell: a new submission."""
+    nb = student_notebook(LESSON, edits)
+    cell = next(
+        c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "attention"
+    )
+    cell.source += " " * spaces
+    submit(course, LESSON, student, nb)
+
+
+def grade(course, workers=2):
+    done = attn_grade(course, "batch", LESSON, "--course", str(course), "--json", "--no-progress",
+                      "--workers", str(workers))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["student"]: r["status"] for r in json.loads(done.stdout)}
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    course = make_course(tmp_path_factory.mktemp("report-course"), [LESSON])
+    db = tmp_path_factory.mktemp("gradebook") / "attention.db"
+    shutil.move(course / "gradebook.db", db)  # the course's own gradebook, elsewhere
+    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as f:
+        f.write(f"\nc.CourseDirectory.db_url = {f'sqlite:///{db}'!r}\n")
+    for student, edits in CLASS.items():
+        submit(course, LESSON, student, student_notebook(LESSON, edits))
+    assert set(grade(course).values()) == {"graded"}
+
+    resubmit(course, "scale-dk", CLASS["scale-dk"], 1)  # the same mistake, again
+    resubmit(course, "wrong-axis", CLASS["wrong-axis"], 1)  # its mistake, again
+    statuses = grade(course, workers=1)  # two students: one warm template is enough
+    assert {s for s, status in statuses.items() if status == "graded"} == {"scale-dk",
+                                                                          "wrong-axis"}  # fmt: skip
+    resubmit(course, "scale-dk", CLASS["scale-dk"], 2)  # and again: stuck
+    resubmit(course, "wrong-axis", {}, 1)  # fixed
+    assert grade(course, workers=1)["wrong-axis"] == "graded"
+
+    out = course.parent / "report"
+    done = attn_grade(course, "report", "--all", "--course", str(course), "--json",
+                      "--html", str(out / "report.html"), "--csv", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert not (course / "gradebook.db").exists()
+    return {"course": course, "db": f"sqlite:///{db}", "data": data, "out": out}
+
+
+def gradebook(db_url):
+    """student → grade cell → score; grade cell → max score; student → total."""
+    scores, most, totals = {}, {}, {}
+    with Gradebook(db_url) as gb:
+        for cell in gb.find_notebook(LESSON, LESSON).grade_cells:
+            most[cell.name] = cell.max_score
+        for submitted in gb.find_assignment(LESSON).submissions:
+            totals[submitted.student.id] = submitted.score
+            for nb in submitted.notebooks:
+                for g in nb.grades:
+                    scores.setdefault(submitted.student.id, {})[g.name] = g.score
+    return scores, most, totals
+
+
+def lesson_of(data):
+    (lesson,) = data["lessons"]
+    assert lesson["lesson"] == LESSON
+    return lesson
+
+
+@slow
+def test_every_score_in_the_report_is_the_gradebooks(graded_class):
+    lesson = lesson_of(graded_class["data"])
+    scores, most, totals = gradebook(graded_class["db"])
+    students = {s["student"]: s for s in lesson["students"]}
+    assert set(students) == set(scores) == set(CLASS)
+    for student, row in students.items():
+        assert row["cells"] == scores[student]
+        assert row["score"] == totals[student] == sum(scores[student].values())
+        assert row["max_score"] == sum(most.values()) == 17
+    source = nbformat.read(graded_class["course"] / "solutions" / LESSON / f"{LESSON}.ipynb", 4)
+    order = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
+             if c.metadata.get("nbgrader", {}).get("grade")]  # fmt: skip
+    assert [e["exercise"] for e in lesson["exercises"]] == order == sorted(most, key=order.index)
+    for e in lesson["exercises"]:
+        got = [scores[s][e["exercise"]] for s in scores]
+        full = sum(g == most[e["exercise"]] for g in got)
+        zero = sum(g == 0 for g in got)
+        assert (e["full"], e["zero"], e["partial"]) == (full, zero, len(got) - full - zero)
+        assert e["distribution"] == {f"{v:g}": got.count(v) for v in sorted(set(got))}
+        assert e["max_score"] == most[e["exercise"]]
+        assert e["mastery"] == e["exercise"].startswith("test_q")
+
+
+@slow
+def test_mistakes_now_are_the_lost_points_and_counts_match_the_students(graded_class):
+    lesson = lesson_of(graded_class["data"])
+    scores, most, _ = gradebook(graded_class["db"])
+    now = {s["student"]: s["mistakes_now"] for s in lesson["students"]}
+    for student, mistakes in now.items():
+        cells = {m.split(": ", 1)[0] for m in mistakes}
+        lost = {cell for cell, score in scores[student].items() if score < most[cell]}
+        assert cells == lost, student
+    rows = {(m["exercise"], m["mistake"]): m for m in lesson["mistakes"]}
+    for (cell, mistake), row in rows.items():
+        assert row["students_now"] == sum(f"{cell}: {mistake}" in m for m in now.values())
+    on = {cell: {s for s, m in now.items() if any(x.startswith(f"{cell}: ") for x in m)}
+          for cell in most}  # fmt: skip
+    assert on["test_attention"] == {"blank", "scale-dk"}
+    assert on["test_softmax"] == {"blank"} and on["test_causal_mask"] == {"blank", "causal-lt"}
+    assert on["test_q1"] == on["test_q4"] == {"blank", ODD}
+
+    (scaled,) = [r for (cell, m), r in rows.items() if cell == "test_attention" and "d_k" in m]
+    assert (scaled["students_now"], scaled["students_ever"], scaled["submissions"]) == (1, 1, 3)
+    gone = [r for (cell, _), r in rows.items() if r["students_now"] == 0]
+    assert {r["exercise"] for r in gone} == {
+        "test_softmax",
+        "test_masked_softmax",
+        "test_attention",
+    }  # wrong-axis's, fixed since
+    assert all((r["students_ever"], r["submissions"]) == (1, 2) for r in gone)
+
+
+@slow
+def test_only_the_student_with_the_same_mistake_three_times_is_stuck(graded_class):
+    lesson = lesson_of(graded_class["data"])
+    students = {s["student"]: s for s in lesson["students"]}
+    assert {s for s, row in students.items() if row["stuck"]} == {"scale-dk"}
+    (why,) = students["scale-dk"]["stuck_on"]
+    assert why.startswith("test_attention: ") and "d_k" in why
+    attempts = {s: row["attempts"] for s, row in students.items()}
+    assert attempts == {**{s: 1 for s in CLASS}, "scale-dk": 3, "wrong-axis": 3}
+    assert lesson["summary"]["stuck"] == 1 and lesson["stuck_after"] == report.STUCK_AFTER
+    for row in students.values():
+        assert 0 < row["seconds"] <= row["seconds_total"]
+    assert students["scale-dk"]["seconds_total"] > students["scale-dk"]["seconds"]
+
+
+@slow
+def test_mastery_flags_follow_the_mastery_questions_in_the_gradebook(graded_class):
+    lesson = lesson_of(graded_class["data"])
+    scores, most, _ = gradebook(graded_class["db"])
+    questions = [cell for cell in most if cell.startswith("test_q")]
+    assert len(questions) == 6
+    for row in lesson["students"]:
+        got = sum(scores[row["student"]][q] for q in questions)
+        assert row["mastery_score"] == got and row["mastery_max"] == 6
+        assert row["mastered"] == (got >= 0.8 * 6)
+    flags = {row["student"]: row["mastered"] for row in lesson["students"]}
+    assert flags["honest"] and flags["scale-dk"] and not flags["blank"] and not flags[ODD]
+    assert lesson["summary"]["mastered"] == sum(flags.values())
+
+
+@slow
+def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class, capsys):
+    lesson = lesson_of(graded_class["data"])
+    out = graded_class["out"]
+    tables = {}
+    for name in ("exercises", "mistakes", "students"):
+        with open(out / f"{name}.csv", newline="", encoding="utf-8") as f:
+            tables[name] = list(csv.DictReader(f))
+        assert len(tables[name]) == len(lesson[name])
+    students = {row["student"]: row for row in tables["students"]}
+    assert "'" + ODD in students  # no formula for a spreadsheet
+    assert float(students["honest"]["score"]) == 17 and students["scale-dk"]["stuck"] == "True"
+
+    assert cli.main(["report", LESSON, "--course", str(graded_class["course"])]) == 0
+    text = capsys.readouterr().out
+    assert f"{LESSON}: 6 students" in text and "1 stuck" in text
+    assert "stuck: scale-dk (test_attention: " in text
+    course_id, (one,) = report.build(graded_class["course"], [LESSON])
+    assert course_id == "attention" and one.as_dict() == lesson
+
+
+@slow
+def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class):
+    from browser import LAUNCH_ARGS, ensure_chromium
+    from playwright.sync_api import expect, sync_playwright
+
+    chromium, why = ensure_chromium()
+    if chromium is None:
+        pytest.skip(f"no Chromium for the browser test: {why}")
+    scores, most, totals = gradebook(graded_class["db"])
+    page_file = graded_class["out"] / "report.html"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(chromium), args=LAUNCH_ARGS,
+                                     headless=True, timeout=60 * MS)  # fmt: skip
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15 * MS)
+            problems, dialogs, requests = [], [], []
+            page.on("console", lambda m: m.type == "error" and problems.append(m.text))
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(page_file.as_uri(), wait_until="load")
+
+            assert LESSON in page.title() and "attention" in page.title()
+            expect(page.locator("h1")).to_contain_text("Class report")
+            tables = page.locator("table.exercise-table")
+            exercises = [e["exercise"] for e in lesson_of(graded_class["data"])["exercises"]]
+            assert sorted(exercises) == sorted(most)
+            expect(tables).to_have_count(len(most))
+            for n, exercise in enumerate(exercises):
+                expect(tables.nth(n)).to_have_attribute("data-exercise", exercise)
+            zeros = tables.and_(page.locator("[data-exercise='test_attention']"))
+            want = sum(scores[s]["test_attention"] == 0 for s in scores)
+            expect(zeros.locator("tr[data-score='0'] td").nth(1)).to_have_text(str(want))
+
+            plots = page.locator("img.plot")
+            assert plots.count() == 3 == page.locator("img").count()
+            for n in range(plots.count()):
+                assert plots.nth(n).evaluate("i => i.complete && i.naturalWidth > 0")
+                assert plots.nth(n).get_attribute("src").startswith("data:image/png;base64,")
+
+            for student in ("honest", "scale-dk", ODD):
+                row = page.locator("table.students tr").filter(
+                    has=page.get_by_role("cell", name=student, exact=True)
+                )
+                expect(row.locator("td.score")).to_have_text(f"{totals[student]:g}")
+            stuck = page.locator("table.students tr.stuck")
+            expect(stuck).to_have_count(1)
+            expect(stuck.locator("td").first).to_have_text("scale-dk")
+            mean = sum(totals.values()) / len(totals)
+            expect(page.locator("[data-stat='mean score'] b")).to_have_text(
+                f"{round(mean, 2):g} / 17"
+            )
+            page.screenshot(path=str(graded_class["out"] / "report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert not dialogs and not problems, (dialogs, problems)
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
