@@ -8,7 +8,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 MAKEFILE := $(abspath $(lastword $(MAKEFILE_LIST)))
-ROOT := $(patsubst %/,%,$(dir $(MAKEFILE)))
+# The repository (where this Makefile is); ROOT is the course `make lab` serves, the same unless
+# set on the command line (tests serve a scratch copy of the course with ROOT=...).
+REPO_DIR := $(patsubst %/,%,$(dir $(MAKEFILE)))
+ROOT := $(REPO_DIR)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -31,13 +34,13 @@ PYTEST_ARGS ?=
 # Lessons are the folders of solutions/ (nbgrader source); `make release` writes lessons/.
 LESSON_IDS = $(patsubst solutions/%/,%,$(wildcard solutions/*/))
 
-.PHONY: help lab test lint format release bench hub sandbox clean distclean
+.PHONY: help lab lab-instructor test lint format release bench hub sandbox clean distclean
 
 help: ## List the targets
 	@echo "Usage: make TARGET   (first use creates $(VENV)/ and installs the project into it)"
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE) | \
-		awk 'BEGIN {FS = ":.*## "}; {printf "  %-10s %s\n", $$1, $$2}'
+		awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || { \
@@ -51,7 +54,17 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # nbgrader 0.9 ships its JupyterLab extensions prebuilt and pip enables its server extensions on
-# install (see `jupyter labextension list`, `jupyter server extension list`): nothing to enable here.
+# install (see `jupyter labextension list`, `jupyter server extension list`). `make lab` is the
+# learner's JupyterLab and `make lab-instructor` the instructor's; both put directories of this
+# repository first on JUPYTER_CONFIG_PATH (searched before ~/.jupyter and the environment's
+# configuration, which stay untouched):
+#   deploy/jupyter/student  (learners only; the course's hub uses it for students too) turns off
+#                           nbgrader's instructor extensions: Formgrader, Course List and Create
+#                           Assignment, in the server and in the page. Validate and the
+#                           Assignment List stay.
+#   deploy/jupyter/no-news  turns off JupyterLab's announcements plugin, whose toast asks on first
+#                           start whether to fetch official Jupyter news (it also checks for
+#                           updates). Documented as `jupyter labextension disable <plugin>`.
 # Jupyter starts in the repository root, so the formgrader finds nbgrader_config.py.
 # attn-grade runs learner code in a bubblewrap sandbox (docs/grading.md). Install it where we can
 # (root with apt-get, as in CI and containers); otherwise say what is missing and go on: the
@@ -69,10 +82,18 @@ sandbox: ## Install bubblewrap, the grader's sandbox, if it is missing and we ca
 		echo "      install bubblewrap); until then tests that need the sandbox are skipped." >&2; \
 	fi
 
-lab: $(STAMP) sandbox ## Serve the lessons in JupyterLab (PORT=8888, HOST=127.0.0.1, JUPYTER_TOKEN)
-	cd $(ROOT) && exec jupyter lab --no-browser \
-		--ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
-		--ServerApp.root_dir=$(ROOT) --LabApp.default_url=/lab/tree/lessons $(LAB_ROOT_FLAG)
+LEARNER_CONFIG := $(REPO_DIR)/deploy/jupyter/student:$(REPO_DIR)/deploy/jupyter/no-news
+INSTRUCTOR_CONFIG := $(REPO_DIR)/deploy/jupyter/no-news
+LAB_ARGS = --no-browser --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+	--ServerApp.root_dir=$(ROOT) $(LAB_ROOT_FLAG)
+
+lab: $(STAMP) sandbox ## Serve the lessons in a learner's JupyterLab (PORT=8888, HOST=127.0.0.1, JUPYTER_TOKEN)
+	cd $(ROOT) && JUPYTER_CONFIG_PATH="$(LEARNER_CONFIG)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		exec jupyter lab $(LAB_ARGS) --LabApp.default_url=/lab/tree/lessons
+
+lab-instructor: $(STAMP) sandbox ## The same with nbgrader's instructor tools (Formgrader, Create Assignment)
+	cd $(ROOT) && JUPYTER_CONFIG_PATH="$(INSTRUCTOR_CONFIG)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		exec jupyter lab $(LAB_ARGS) --LabApp.default_url=/lab/tree/solutions
 
 lint: $(STAMP) ## Check style with ruff (no changes)
 	ruff check .
@@ -95,12 +116,13 @@ release: $(STAMP) ## Regenerate lessons/ from solutions/ (nbgrader), clear noteb
 	done
 	jupyter nbconvert --log-level=WARN --clear-output --inplace solutions/*/*.ipynb lessons/*/*.ipynb
 
-# Attention's speed and memory against the sequence length, then grading throughput against
-# nbgrader and the cost of isolation (benchmarks/README.md, benchmarks/grading.md). Results are
-# written to benchmarks/results/; run on a quiet machine.
+# Attention's speed and memory against the sequence length, grading throughput against nbgrader
+# and the cost of isolation (benchmarks/README.md, benchmarks/grading.md), and each lesson's
+# run time against its budget. Results are written to benchmarks/results/; run on a quiet machine.
 bench: $(STAMP) sandbox ## Run the benchmarks; results in benchmarks/results/
 	$(PY) -m benchmarks
 	$(PY) -m benchmarks.grading
+	$(PY) -m benchmarks.lessons
 
 # One instructor and three students log in with a shared password; deploy/demo.py installs the
 # proxy (npm) on first use and explains the rest. docs/instructors.md covers a real class.

@@ -20,6 +20,10 @@ c.CourseDirectory.course_id = "attention"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "lessons"
 
+# Files nbgrader never copies between the course's folders (its defaults, and hypothesis's
+# example database, which running a notebook's checks in solutions/ leaves behind).
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".hypothesis"]
+
 # What a learner sees in place of a `### BEGIN SOLUTION ... ### END SOLUTION` region.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

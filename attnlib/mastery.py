@@ -16,7 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 THRESHOLD = 0.8
-LESSONS = ("01-scoring", "02-softmax-masking", "03-self-cross", "04-multi-head", "05-complexity")
+LESSONS = (
+    "01-scoring",
+    "02-softmax-masking",
+    "03-self-cross",
+    "04-multi-head",
+    "05-complexity",
+    "06-build-and-train",
+)
 
 
 def store_path() -> Path:
@@ -112,9 +119,26 @@ def status(lesson: str) -> str:
 
 
 def before_lesson(lesson: str) -> str:
-    """What a lesson's first cell prints: the state of the lesson before it."""
+    """What a lesson's first cell prints: the state of the lesson before it.
+
+    The last lesson of the course builds on all the others, so it reports every earlier lesson,
+    one line each, and ends by naming those not yet mastered (or saying that all are).
+    """
     _check_lesson(lesson)
     index = LESSONS.index(lesson)
     if index == 0:
         return f"Lesson {lesson} is the first lesson: nothing to master before it."
-    return status(LESSONS[index - 1])
+    if index < len(LESSONS) - 1:
+        return status(LESSONS[index - 1])
+    earlier = LESSONS[:index]
+    lines = [f"Lesson {lesson} uses all {len(earlier)} lessons before it:"]
+    lines += [f"  {status(other)}" for other in earlier]
+    missing = [other for other in earlier if not (best(other) and best(other).mastered)]
+    if missing:
+        lines.append(
+            f"Not yet mastered: {', '.join(missing)}. Revisit the sections named above first; "
+            "this lesson's mastery check also reviews them."
+        )
+    else:
+        lines.append(f"All {len(earlier)} are mastered: go on.")
+    return "\n".join(lines)

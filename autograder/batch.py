@@ -281,7 +281,7 @@ def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool) -> None:
         plain = json.loads(nbformat.writes(nb))
         item.jobs[path.stem] = (
             nbgrader_plugin.fingerprint(plain, files),
-            pool.submit(json.dumps(plain), files),
+            pool.submit(json.dumps(plain), files, item.name),
         )
 
 

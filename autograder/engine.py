@@ -13,8 +13,11 @@ outputs and execution count to store; the verdicts; notes on what went wrong whi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
+
+from attnlib import checks
 
 from . import outputs, scoring
 from .limits import Limits
@@ -75,8 +78,16 @@ def code_sources(nb: dict) -> list[str]:
     return [source_of(c) for c in nb.get("cells", []) if c.get("cell_type") == "code"]
 
 
-def run_steps(runner: Runner, steps: list[Step], sources: list[str], found: Graded) -> None:
-    """Run ``steps`` in ``runner``; fill ``found`` with outputs and verdicts."""
+def run_steps(
+    runner: Runner,
+    steps: list[Step],
+    sources: list[str],
+    found: Graded,
+    decided: dict[int, list[scoring.Verdict]] | None = None,
+) -> None:
+    """Run ``steps`` in ``runner``; fill ``found`` with outputs and verdicts (mastery answers
+    judged as those of ``runner.student``). With ``decided`` (test cell index → verdicts, from a
+    run in the verdicts' sandbox) the test cells show those verdicts and none is decided here."""
     for step in steps:
         if step.calls is None:
             ran = runner.run(step.index, step.source)
@@ -85,26 +96,87 @@ def run_steps(runner: Runner, steps: list[Step], sources: list[str], found: Grad
                 "execution_count": ran.execution_count,
             }
             continue
-        verdicts = [scoring.check(runner, call, sources) for call in step.calls]
+        if decided is None:
+            verdicts = [scoring.check(runner, call, sources, runner.student) for call in step.calls]
+        else:
+            verdicts = decided.get(step.index, [])
         found.verdicts += verdicts
-        ran = runner.run(step.index, step.source, {v.name: v.shown() for v in verdicts})
+        stand_ins = {dep: checks.EXERCISES[dep].reference for v in verdicts for dep in v.stand_ins}
+        ran = runner.run(step.index, step.source, {v.name: v.shown() for v in verdicts},
+                         stand_ins)  # fmt: skip
         found.cells[step.index] = {
             "outputs": outputs.graded(ran.outputs, verdicts),
             "execution_count": ran.execution_count,
         }
 
 
+def explain_missing(nb: dict, run: Graded) -> list[scoring.Verdict]:
+    """``run``'s verdicts, where an answer was not defined because its own cell failed in the
+    verdicts' sandbox, saying why (the demonstrations' sandbox may have run that cell fine)."""
+    failed = {}
+    for index, cell in enumerate(nb.get("cells", [])):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        errors = [o for o in run.cells.get(index, {}).get("outputs", [])
+                  if o.get("output_type") == "error"]  # fmt: skip
+        if meta.get("solution") and meta.get("grade_id") and errors:
+            error = errors[0]
+            failed[meta["grade_id"]] = f"{error.get('ename')}: {str(error.get('evalue'))[:160]}"
+    out = []
+    for verdict in run.verdicts:
+        why = failed.get(verdict.name)
+        if not verdict.passed and why and "is not defined" in verdict.message:
+            verdict = dataclasses.replace(verdict, message=(
+                f"{verdict.name} is not defined where answers are checked: its cell fails "
+                f"there ({why}). The course's own implementations of this lesson's exercises "
+                "serve the lesson's figures only; an answer cannot use them"
+            ))  # fmt: skip
+        out.append(verdict)
+    return out
+
+
+def by_cell(verdicts: list[scoring.Verdict]) -> dict[int, list[scoring.Verdict]]:
+    """Verdicts grouped by the test cell they were decided for."""
+    cells: dict[int, list[scoring.Verdict]] = {}
+    for verdict in verdicts:
+        cells.setdefault(verdict.cell, []).append(verdict)
+    return cells
+
+
 def grade(
-    nb: dict, template: Template, limits: Limits, files: dict[str, bytes] | None = None
+    nb: dict,
+    template: Template,
+    limits: Limits,
+    files: dict[str, bytes] | None = None,
+    student: str = "",
+    demos: Template | None = None,
 ) -> Graded:
-    """Grade the (sanitized) notebook ``nb`` in sandboxes from ``template``; see the module doc."""
+    """Grade the (sanitized) notebook ``nb`` of ``student`` in sandboxes from ``template``; see
+    the module doc.
+
+    ``demos`` is the template of the demonstrations' edition, for a lesson whose figures need
+    the course's implementations of its own exercises (:func:`autograder.view.has_demos`). The
+    notebook then runs twice: in a sandbox from ``template``, where those implementations are
+    absent, to decide the verdicts (so no answer can delegate to them), and in a sandbox from
+    ``demos`` for the outputs, its test cells showing the verdicts already decided.
+    """
     started = time.monotonic()
     found = Graded()
-    runner = Runner(template, limits, dict(files or {}))
+    steps, sources = grading_steps(nb), code_sources(nb)
+    decided, notes = None, []
+    if demos is not None:
+        first = Graded()
+        runner = Runner(template, limits, dict(files or {}), student=student)
+        try:
+            run_steps(runner, steps, sources, first)
+        finally:
+            runner.close()
+        explained = explain_missing(nb, first)
+        decided, notes, template = by_cell(explained), list(runner.notes), demos
+    runner = Runner(template, limits, dict(files or {}), student=student)
     try:
-        run_steps(runner, grading_steps(nb), code_sources(nb), found)
+        run_steps(runner, steps, sources, found, decided)
     finally:
         runner.close()
-    found.notes = runner.notes
+    found.notes = list(dict.fromkeys(notes + runner.notes))
     found.seconds = round(time.monotonic() - started, 3)
     return found

@@ -49,7 +49,7 @@ from traitlets import Float, Integer, Unicode
 from . import history, submission
 from .limits import Limits
 from .protocol import scrub
-from .template import shared
+from .template import shared_pair
 
 
 class CheckSubmission(NbGraderPreprocessor):
@@ -201,8 +201,10 @@ class TrustedExecute(NbGraderPreprocessor):
             if _supplier is not None:
                 who = (info["notebook"], info["student"])
                 self.log.warning("No prepared result for %s of %s: grading it here", *who)
-            template = shared(info["assignment"], self.isolation)
-            result = engine.grade(plain, template, self.limits(), files).as_dict()
+            template, demos = shared_pair(info["assignment"], self.isolation)
+            result = engine.grade(
+                plain, template, self.limits(), files, info["student"], demos
+            ).as_dict()
         apply(nb, result)
         if _kept is not None:
             _kept[info["notebook"]] = result

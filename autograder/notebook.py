@@ -58,8 +58,17 @@ def setup_only(source: str) -> str:
         if isinstance(node, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef):
             keep.append(node)
         elif isinstance(node, ast.Assign | ast.AnnAssign) and _is_literal(node.value):
-            keep.append(node)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if all(_binds_names(t) for t in targets):  # x = 3, not K[i] = [1.0]
+                keep.append(node)
     return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+
+
+def _binds_names(target: ast.AST) -> bool:
+    """``x`` or ``x, y``: names only, no subscripts or attributes of other objects."""
+    if isinstance(target, ast.Tuple | ast.List):
+        return all(_binds_names(t) for t in target.elts)
+    return isinstance(target, ast.Name)
 
 
 def _is_literal(node: ast.AST | None) -> bool:

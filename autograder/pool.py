@@ -30,12 +30,12 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 def _init(lesson: str, isolation: str, limits: Limits) -> None:
     from .sandbox.confine import PR_SET_PDEATHSIG, prctl
-    from .template import shared
+    from .template import shared_pair
 
     prctl(PR_SET_PDEATHSIG, 9)
     _WORKER.update(lesson=lesson, isolation=isolation, limits=limits)
     try:
-        shared(lesson, isolation)  # warm it now, while the batch reads the course
+        shared_pair(lesson, isolation)  # warm them now, while the batch reads the course
     except Exception as error:  # noqa: BLE001 — reported with the first submission instead
         _WORKER["error"] = str(error)
 
@@ -44,19 +44,23 @@ def _ping() -> int:
     return os.getpid()
 
 
-def grade(lesson: str, isolation: str, limits: Limits, nb_json: str, files: dict) -> dict:
+def grade(
+    lesson: str, isolation: str, limits: Limits, nb_json: str, files: dict, student: str = ""
+) -> dict:
     """Grade one notebook in this worker (a template per lesson, kept warm between calls)."""
     from . import engine
-    from .template import shared
+    from .template import shared_pair
 
     for name in THREAD_VARIABLES:  # the workers share the cores
         os.environ.setdefault(name, "1")
-    template = shared(lesson, isolation)
-    return engine.grade(json.loads(nb_json), template, limits, files).as_dict()
+    template, demos = shared_pair(lesson, isolation)
+    nb = json.loads(nb_json)
+    return engine.grade(nb, template, limits, files, student, demos).as_dict()
 
 
-def _grade(nb_json: str, files: dict[str, bytes]) -> dict:
-    return grade(_WORKER["lesson"], _WORKER["isolation"], _WORKER["limits"], nb_json, files)
+def _grade(nb_json: str, files: dict[str, bytes], student: str) -> dict:
+    worker = _WORKER
+    return grade(worker["lesson"], worker["isolation"], worker["limits"], nb_json, files, student)
 
 
 class Pool:
@@ -79,8 +83,8 @@ class Pool:
         for _ in range(workers):
             self.executor.submit(_ping)
 
-    def submit(self, nb_json: str, files: dict[str, bytes]) -> cf.Future:
-        return self.executor.submit(_grade, nb_json, files)
+    def submit(self, nb_json: str, files: dict[str, bytes], student: str = "") -> cf.Future:
+        return self.executor.submit(_grade, nb_json, files, student)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
@@ -107,8 +111,9 @@ class DaskPool:
     def workers(self) -> int:
         return max(1, sum(self.client.nthreads().values()))
 
-    def submit(self, nb_json: str, files: dict[str, bytes]):
-        return self.client.submit(grade, *self.task, nb_json, files, pure=False, retries=1)
+    def submit(self, nb_json: str, files: dict[str, bytes], student: str = ""):
+        return self.client.submit(grade, *self.task, nb_json, files, student, pure=False,
+                                  retries=1)  # fmt: skip
 
     def close(self) -> None:
         self.client.close()

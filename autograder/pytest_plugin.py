@@ -51,33 +51,48 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if config.getoption("attn_notebook") else None
 
 
+def _checked(path: Path) -> tuple[str, list[str], list[str]]:
+    """The lesson of a notebook, its exercises and its mastery questions (NotebookError if none)."""
+    lesson = lesson_of(path)
+    exercises = [e.name for e in checks.LESSONS[lesson]]
+    return lesson, exercises, [q.key for q in quiz.questions(lesson)]
+
+
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    paths = config.getoption("attn_notebook")
-    if paths:
-        return [f"attn-notebook: {', '.join(paths)} (one test per exercise and question)"]
-    return None
+    """Say what is checked: the notebook's lesson, its exercises and its questions."""
+    lines = []
+    for raw in config.getoption("attn_notebook"):
+        try:
+            lesson, exercises, questions = _checked(Path(raw))
+        except NotebookError as error:
+            lines.append(f"attn-notebook: {raw}: {error}")
+            continue
+        lines.append(
+            f"attn-notebook: {raw} is lesson {lesson}: {len(exercises)} exercises "
+            f"({', '.join(exercises)}) and {len(questions)} mastery questions "
+            f"({', '.join(questions)}), one test each, checked in one run of the notebook"
+        )
+    return lines or None
 
 
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
+    """Add a test per exercise and question of each --attn-notebook, counted as collected."""
     timeout = config.getoption("attn_timeout")
     for raw in config.getoption("attn_notebook"):
         path = Path(raw)
         try:
             read(path)
-            lesson = lesson_of(path)
+            lesson, exercises, questions = _checked(path)
         except NotebookError as error:
-            items.append(
+            found = [
                 NotebookProblem.from_parent(
                     session, name=path.name, nodeid=str(path), problem=str(error)
                 )
-            )
-            continue
-        names = [e.name for e in checks.LESSONS[lesson]]
-        names += [q.key for q in quiz.questions(lesson)]
-        for name in names:
-            items.append(
+            ]
+        else:
+            found = [
                 VerdictItem.from_parent(
                     session,
                     name=name,
@@ -86,7 +101,14 @@ def pytest_collection_modifyitems(
                     lesson=lesson,
                     timeout=timeout,
                 )
-            )
+                for name in exercises + questions
+            ]
+        items.extend(found)
+        # Report them as collected, so pytest's "collected N items" counts them (these tests come
+        # from the notebook, not from a file pytest walked to).
+        config.hook.pytest_collectreport(
+            report=pytest.CollectReport(str(path), "passed", None, found)
+        )
 
 
 @functools.cache

@@ -18,6 +18,7 @@ cleaned and capped here (:mod:`autograder.outputs`), however much the sandbox se
 
 from __future__ import annotations
 
+import secrets
 import select
 import time
 from collections.abc import Callable
@@ -64,6 +65,7 @@ class Runner:
     template: Template
     limits: Limits
     files: dict[str, bytes] = field(default_factory=dict)
+    student: str = ""  # who submitted: the sandbox's ATTN_STUDENT (numbers of their own)
     started: float = field(default_factory=time.monotonic)
     box: Sandbox | None = None
     replay: list[tuple[int, str]] = field(default_factory=list)  # cells that ran cleanly
@@ -84,12 +86,22 @@ class Runner:
 
     # -- cells --------------------------------------------------------------------------------
 
-    def run(self, index: int, source: str, verdicts: dict | None = None) -> Ran:
-        """Run one cell; its outputs, or the fault that stopped it."""
+    def run(
+        self, index: int, source: str, verdicts: dict | None = None, stand_ins: dict | None = None
+    ) -> Ran:
+        """Run one cell; its outputs, or the fault that stopped it.
+
+        ``verdicts`` are what the cell's ``report``/``check`` calls show; ``stand_ins`` (name →
+        trusted function) are bound in the learner's namespace while the cell runs, as the
+        verdicts were reached with them (:func:`attnlib.checks.judge`).
+        """
+        keys = {name: secrets.token_hex(8) for name in stand_ins or {}}
+        self._callbacks = {keys[name]: fn for name, fn in (stand_ins or {}).items()}
+        self._called = 0
         try:
             reply, _ = self._ask(
                 {"op": "run", "cell": index, "source": source, "record": True,
-                 "verdicts": verdicts or {}},
+                 "verdicts": verdicts or {}, "stand_ins": keys},
                 timeout=self.limits.timeout,
                 on_late=self._interrupt,
             )  # fmt: skip
@@ -102,8 +114,11 @@ class Runner:
                 f"this cell ran longer than {self.limits.timeout:g} s and was interrupted",
             ))  # fmt: skip
             return ran
+        finally:
+            self._callbacks = {}
         ran = self._record(reply)
-        self.replay.append((index, source))
+        if not keys:  # a cell that needed the course's functions cannot be replayed without
+            self.replay.append((index, source))
         return ran
 
     def _record(self, reply: dict) -> Ran:
@@ -163,7 +178,8 @@ class Runner:
                 raise Fault("BudgetExceeded", self._budget_text())
             self.launches += 1
             try:
-                self.box = self.template.spawn(self.limits)
+                env = {"ATTN_STUDENT": self.student} if self.student else {}
+                self.box = self.template.spawn(self.limits, env=env)
             except SandboxError as error:
                 self.notes.append(str(error))
                 raise Fault("SandboxError", str(error)) from None
@@ -323,11 +339,23 @@ class _OverMemory(Exception):
     pass
 
 
+# The built-in exceptions a learner's exception may be rebuilt as a subclass of, so that a check
+# can tell a NotImplementedError or an AssertionError apart; anything else is an Exception.
+BUILTINS = {cls.__name__: cls for cls in (
+    AssertionError, NotImplementedError, ValueError, TypeError, IndexError, KeyError,
+    ZeroDivisionError, ArithmeticError, OverflowError, FloatingPointError, RuntimeError,
+    RecursionError, MemoryError, AttributeError, NameError, LookupError,
+)}  # fmt: skip
+
+
 def _learner_error(reply: dict) -> Exception:
-    """The learner's exception, rebuilt as a fresh exception class of the same name."""
+    """The learner's exception, rebuilt as a fresh class of the same name (never looked up),
+    deriving from the built-in exception it derived from where that is one of :data:`BUILTINS`.
+    """
     import re
 
     name = re.sub(r"\W", "_", protocol.text_field(reply, "ename", 60)) or "Error"
     if name[0].isdigit():
         name = "_" + name
-    return type(name, (Exception,), {})(protocol.text_field(reply, "evalue", 2000))
+    base = BUILTINS.get(protocol.text_field(reply, "builtin", 60), Exception)
+    return type(name, (base,), {})(protocol.text_field(reply, "evalue", 2000))

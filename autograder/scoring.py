@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlib import checks, quiz
-from attnlib.checks._core import Outcome, run
+from attnlib.checks._core import Outcome
 
 from . import protocol
 from .runner import Fault, Runner
@@ -69,6 +69,9 @@ def hidden_calls(cell_index: int, source: str, reports: bool = False) -> list[Ca
             if isinstance(consts[0], str) and isinstance(consts[1], str):
                 if isinstance(args[2], ast.Name):
                     found.append(Call(cell_index, "answer", consts[1], args[2].id, consts[0]))
+        elif name == "check_answer" and reports and len(args) == 2:
+            if isinstance(consts[0], str) and isinstance(consts[1], str):
+                found.append(Call(cell_index, "answer", consts[1], consts[1], consts[0]))
     return list(dict.fromkeys(found))
 
 
@@ -89,10 +92,11 @@ class Verdict:
     passed: bool
     message: str = ""
     read: str = ""
+    stand_ins: tuple[str, ...] = ()  # earlier exercises the verdict used the course's of
 
     def feedback(self) -> str:
         if self.passed:
-            return f"{self.name}: correct."
+            return f"{self.name}: {self.message or 'correct.'}"
         where = f" (Read: {self.read}.)" if self.read else ""
         return f"{self.name}: {self.message}{where}"
 
@@ -118,7 +122,14 @@ class Proxy:
         self.runner, self.ident = runner, ident
         self.stand_ins = dict(stand_ins or {})
 
-    def _call(self, args: tuple, kwargs: dict, measure: bool) -> tuple[object, int]:
+    def __attn_adapted__(self, adapter: str, *args: object) -> object:
+        """The learner's object driven by ``attnlib._adapters.ADAPTERS[adapter]``, in the
+        sandbox (a module class, built and run there; only plain results come back)."""
+        return self._call(args, {}, measure=False, adapter=adapter)[0]
+
+    def _call(
+        self, args: tuple, kwargs: dict, measure: bool, adapter: str = ""
+    ) -> tuple[object, int]:
         callbacks: dict[str, object] = {}
 
         def remote(value: object) -> object:
@@ -135,6 +146,7 @@ class Proxy:
             "args": protocol.encode(tuple(remote(a) for a in args), blobs),
             "kwargs": protocol.encode({k: remote(v) for k, v in kwargs.items()}, blobs),
             "stand_ins": {name: remote(fn).key for name, fn in self.stand_ins.items()},
+            "adapter": adapter,
         }
         if measure:
             reply, got, used = self.runner.measure(header, blobs, callbacks)
@@ -154,11 +166,31 @@ class Proxy:
     def __call__(self, *args, **kwargs):
         return self._call(args, kwargs, measure=False)[0]
 
-    def peak(self, fn, *args, **kwargs) -> tuple[object, int]:
-        """:func:`attnlib.checks._core.traced_peak`'s part, measured on the whole sandbox."""
-        if fn is not self:
-            raise TypeError("the grader measures only the learner's own function")
-        return self._call(args, kwargs, measure=True)
+    @staticmethod
+    def peak(fn, *args, **kwargs) -> tuple[object, int]:
+        """:func:`attnlib.checks.memory.traced_peak`'s part, measured on the whole sandbox."""
+        if not isinstance(fn, Proxy):
+            raise TypeError("the grader measures only the learner's own functions")
+        return fn._call(args, kwargs, measure=True)
+
+
+class Sandboxed:
+    """The learner's namespace in the sandbox, for :func:`attnlib.checks.judge`."""
+
+    def __init__(self, runner: Runner):
+        self.runner = runner
+
+    def learner(self, name: str) -> Proxy | None:
+        try:
+            info, _ = self.runner.request({"op": "describe", "name": name})
+        except Fault:
+            raise
+        except Exception:  # noqa: BLE001 — the learner's code failed the request
+            return None
+        return Proxy(self.runner, name) if info.get("callable") else None
+
+    def with_references(self, fn: Proxy, references: dict) -> Proxy:
+        return Proxy(self.runner, fn.ident, {**fn.stand_ins, **references})
 
 
 def _write_back(originals: list, afters: object) -> None:
@@ -178,10 +210,11 @@ def _write_back(originals: list, afters: object) -> None:
 # verdicts
 
 
-def check(runner: Runner, call: Call, sources: list[str]) -> Verdict:
-    """The verdict on ``call``, reached here (see the module doc)."""
+def check(runner: Runner, call: Call, sources: list[str], student: str = "") -> Verdict:
+    """The verdict on ``call``, reached here (see the module doc); ``student`` is who submitted
+    (mastery questions may have numbers of each learner's own)."""
     if call.kind == "answer":
-        return _answer(runner, call)
+        return _answer(runner, call, student or quiz.learner_id())
     exercise = checks.EXERCISES[call.name]
 
     def verdict(passed: bool, message: str = "", read: str = exercise.read) -> Verdict:
@@ -204,7 +237,7 @@ def check(runner: Runner, call: Call, sources: list[str]) -> Verdict:
                               f"Write {call.name} yourself")  # fmt: skip
     proxy = Proxy(runner, call.ident)
     try:
-        outcome = run(exercise, proxy, peak=proxy.peak)
+        outcome = checks.judge(call.name, proxy, Proxy.peak, Sandboxed(runner))
     except Exception as error:  # noqa: BLE001 — the checks themselves failed on this answer
         fault = _fault_in(error)
         if fault is not None:  # the sandbox failed (hypothesis may have wrapped it)
@@ -215,7 +248,8 @@ def check(runner: Runner, call: Call, sources: list[str]) -> Verdict:
             f"the checks failed on this answer ({type(error).__name__}: {error})",
             exercise.read,
         )
-    return verdict(outcome.passed, outcome.message, outcome.read)
+    return Verdict(call.cell, "check", call.name, outcome.passed, outcome.message,
+                   outcome.read, outcome.stand_ins)  # fmt: skip
 
 
 def _fault_in(error: BaseException) -> Fault | None:
@@ -234,12 +268,12 @@ def _fault_in(error: BaseException) -> Fault | None:
     return None
 
 
-def _answer(runner: Runner, call: Call) -> Verdict:
+def _answer(runner: Runner, call: Call, student: str) -> Verdict:
     def verdict(passed: bool, message: str = "") -> Verdict:
         return Verdict(call.cell, "answer", call.name, passed, message)
 
     try:
-        question = quiz.question(call.lesson, call.name)
+        quiz.question(call.lesson, call.name)
     except ValueError as error:
         return verdict(False, str(error))
     try:
@@ -249,9 +283,8 @@ def _answer(runner: Runner, call: Call) -> Verdict:
         return verdict(False, f"could not be read: {fault.evalue}")
     except Exception as error:  # noqa: BLE001 — unreadable, oversized, or the sandbox failed
         return verdict(False, f"could not be read ({error})")
-    if question.accepts(value):
-        return verdict(True)
-    return verdict(False, f"not right yet. Revisit: {question.topic}.")
+    with quiz.as_learner(student):  # questions with numbers of each learner's own
+        return verdict(*quiz.verdict(call.lesson, call.name, value))
 
 
 # ---------------------------------------------------------------------------------------------

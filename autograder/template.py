@@ -90,10 +90,13 @@ class Sandbox:
 class Template:
     """A warm template process for one lesson (see the module doc)."""
 
-    def __init__(self, lesson: str, isolation: str = "namespaces", grading: bool = True):
+    def __init__(
+        self, lesson: str, isolation: str = "namespaces", grading: bool = True, demos: bool = False
+    ):
         if isolation not in ("namespaces", "none"):
             raise ValueError(f"isolation is 'namespaces' or 'none', not {isolation!r}")
         self.lesson, self.isolation, self.grading = lesson, isolation, grading
+        self.demos = demos  # the demonstrations' edition (view.demo_files): no verdicts here
         self.claim: identity.Claim | None = None
         self.folder: str | None = None  # the edition's links, without a view
         self.process: subprocess.Popen | None = None
@@ -113,11 +116,11 @@ class Template:
             if os.geteuid() == 0:
                 self.claim = identity.claim()
             uid = self.claim.uid if self.claim else None
-            argv = view.command(self.lesson, theirs.fileno(), uid, self.grading)
+            argv = view.command(self.lesson, theirs.fileno(), uid, self.grading, demos=self.demos)
             env = None
         else:
             self.folder = tempfile.mkdtemp(prefix="attn-grade-edition-")
-            view.materialize(self.lesson, Path(self.folder))
+            view.materialize(self.lesson, Path(self.folder), self.demos)
             argv = view.template_argv(theirs.fileno(), isolate=False)
             env = {**view.environment(self.lesson, self.grading), "PYTHONPATH": self.folder}
         self.process = subprocess.Popen(
@@ -155,8 +158,9 @@ class Template:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def spawn(self, limits: Limits, timeout: float = 30.0) -> Sandbox:
-        """A fresh sandbox for one submission."""
+    def spawn(self, limits: Limits, timeout: float = 30.0, env: dict | None = None) -> Sandbox:
+        """A fresh sandbox for one submission; ``env`` adds to its environment (only the names
+        the sandbox accepts: :data:`autograder.sandbox.template.ENV`)."""
         if not self.alive():
             self.close()
             self._start()
@@ -177,7 +181,8 @@ class Template:
                 if cgroup is not None:
                     cgroup.add(child)
             keep = view.under_tmp() if self.isolated else []
-            protocol.send(ours, {"op": "go", "limits": limits.for_sandbox(), "keep": keep})
+            protocol.send(ours, {"op": "go", "limits": limits.for_sandbox(), "keep": keep,
+                                 "env": dict(env or {})})  # fmt: skip
             executor = _hello(ours, deadline)
         except (OSError, protocol.ProtocolError) as error:
             with contextlib.suppress(OSError):
@@ -214,24 +219,32 @@ class Template:
         self.close()
 
 
-_shared: dict[tuple[str, str, int], Template] = {}
+_shared: dict[tuple[str, str, bool, int], Template] = {}
 
 
-def shared(lesson: str, isolation: str) -> Template:
+def shared(lesson: str, isolation: str, demos: bool = False) -> Template:
     """This thread's warm template for ``lesson`` (started on first use, closed at exit).
 
     One per thread: a template serves one request at a time, and a Dask worker may grade on
     several threads at once.
     """
-    key = (lesson, isolation, threading.get_ident())
+    key = (lesson, isolation, demos, threading.get_ident())
     template = _shared.get(key)
     if template is None or not template.alive():
         if template is not None:
             template.close()
         if not _shared:
             atexit.register(close_shared)
-        template = _shared[key] = Template(lesson, isolation)
+        template = _shared[key] = Template(lesson, isolation, demos=demos)
     return template
+
+
+def shared_pair(lesson: str, isolation: str) -> tuple[Template, Template | None]:
+    """This thread's templates for grading ``lesson``: the verdicts' and, for a lesson whose
+    demonstrations need its own exercises' implementations (:func:`view.has_demos`), the
+    demonstrations' (else None)."""
+    demos = shared(lesson, isolation, demos=True) if view.has_demos(lesson) else None
+    return shared(lesson, isolation), demos
 
 
 def close_shared() -> None:

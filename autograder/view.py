@@ -38,11 +38,20 @@ MOUNT = "/opt/attn-course"
 HELPERS = {"_validate", "devices"}  # implementation modules that teach nothing graded
 REAL = {  # attnlib files the sandbox gets as they are (relative to the attnlib package)
     "__init__.py",
+    "_adapters.py",
     "_shapes.py",
     "mastery.py",
+    "quiz/learner.py",
+    "quiz/sheet06.py",
     "measure.py",
     "checks/silence.py",
+    "data/__init__.py",
+    "data/course.txt",
     "viz/figures.py",
+    "viz/training.py",
+}
+DEMOS = {  # lesson → attnlib modules its demonstrations need (with what they import)
+    "06-build-and-train": ("torch/gpt.py", "torch/train.py"),
 }
 SANDBOX = ("__init__.py", "protocol.py", "sandbox/__init__.py", "sandbox/confine.py",
            "sandbox/executor.py", "sandbox/template.py", "sandbox/verdicts.py")  # fmt: skip
@@ -52,6 +61,7 @@ CLIENTS = {  # edition file → where it stands in the view
     "viz.py": "attnlib/viz/__init__.py",
     "backend.py": ("attnlib/numpy/__init__.py", "attnlib/torch/__init__.py"),
     "hidden.py": "autograder/hidden.py",
+    "lesson.py": "attnlib/lesson.py",
 }
 
 
@@ -116,8 +126,40 @@ def _sibling_imports(path: Path, siblings: set[str]) -> set[str]:
     return found & siblings
 
 
-def edition(lesson: str) -> dict[str, Path]:
-    """The files of ``lesson``'s edition: path in the view (under :data:`MOUNT`) → source."""
+def has_demos(lesson: str) -> bool:
+    """Whether ``lesson``'s demonstrations need modules that implement its own exercises."""
+    return bool(DEMOS.get(lesson))
+
+
+def demo_files(lesson: str) -> dict[str, Path]:
+    """The modules of :data:`DEMOS` for ``lesson`` and every sibling module they import.
+
+    A lesson that trains a model in its demonstrations needs the course's implementations of its
+    own exercises (lesson 06's GPT is built from its ``CausalSelfAttention``): they go into the
+    *demonstrations'* edition only, whose sandbox shows the notebook's figures; the verdicts
+    are decided in a sandbox of the plain edition, where they are absent
+    (:func:`autograder.engine.grade`).
+    """
+    course = Path(attnlib.__file__).parent
+    files: dict[str, Path] = {}
+    todo = list(DEMOS.get(lesson, ()))
+    while todo:
+        rel = todo.pop()
+        if f"attnlib/{rel}" in files:
+            continue
+        path = course / rel
+        files[f"attnlib/{rel}"] = path
+        siblings = {p.stem for p in path.parent.glob("*.py") if p.stem != "__init__"}
+        folder = Path(rel).parent
+        todo += [str(folder / f"{name}.py") for name in _sibling_imports(path, siblings)]
+    return files
+
+
+def edition(lesson: str, demos: bool = False) -> dict[str, Path]:
+    """The files of ``lesson``'s edition: path in the view (under :data:`MOUNT`) → source.
+
+    With ``demos``, the edition that shows the lesson's demonstrations (:func:`demo_files`).
+    """
     course = Path(attnlib.__file__).parent
     grader = Path(autograder.__file__).parent
     clients = grader / "sandbox" / "edition"
@@ -131,17 +173,19 @@ def edition(lesson: str) -> dict[str, Path]:
         for name, taught in module_lessons(backend).items():
             if taught is None or taught < graded:
                 files[f"attnlib/{backend}/{name}.py"] = course / backend / f"{name}.py"
+    if demos:
+        files.update(demo_files(lesson))
     return files
 
 
-def materialize(lesson: str, dest: Path) -> Path:
+def materialize(lesson: str, dest: Path, demos: bool = False) -> Path:
     """The edition as a folder of links under ``dest`` (for a template without a view).
 
     Without bubblewrap nothing hides the real attnlib from learner code that looks for it by
     path; this only makes the default imports resolve to the edition, so the notebook shows the
     same verdicts as in a sandbox.
     """
-    for rel, src in edition(lesson).items():
+    for rel, src in edition(lesson, demos).items():
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(src)
@@ -236,7 +280,12 @@ def hidden_installs() -> list[str]:
 
 
 def command(
-    lesson: str, control_fd: int, uid: int | None, grading: bool = True, tmp_mb: int = 256
+    lesson: str,
+    control_fd: int,
+    uid: int | None,
+    grading: bool = True,
+    tmp_mb: int = 256,
+    demos: bool = False,
 ) -> list[str]:
     """The bubblewrap command that starts the template for ``lesson`` in its view."""
     args = [
@@ -268,7 +317,7 @@ def command(
     args += ["--bind", "/proc", "/proc", "--dev", "/dev"]
     args += ["--perms", "1777", "--size", str(tmp_mb * 2**20), "--tmpfs", "/tmp"]
     binds = [(d, d) for d in python_dirs()]
-    binds += [(str(src), f"{MOUNT}/{rel}") for rel, src in sorted(edition(lesson).items())]
+    binds += [(str(src), f"{MOUNT}/{rel}") for rel, src in sorted(edition(lesson, demos).items())]
     made: set[str] = {"/", "/usr", "/tmp", "/proc", "/dev"}
     for src, dest in binds:
         for parent in _parents(dest):

@@ -21,8 +21,11 @@ LESSON = "02-softmax-masking"
 REFUSED = "refused"
 SECRET = "hub-api-token-0c9e7f41"  # in the grader's environment during the batch
 MARKER = "HONEST-MARKER-" + "4b1d" * 4  # in every honest student's notebook
-SOFTMAX_CHAIN = {"test_softmax": 2, "test_masked_softmax": 2, "test_attention": 3}
-EVERYTHING = {**SOFTMAX_CHAIN, "test_causal_mask": 2, "test_padding_mask": 2,
+# A wrong, missing or delegating softmax costs its own exercise only: the later exercises that
+# call it are judged with the course's softmax in its place (attnlib.checks.judge).
+SOFTMAX_ONLY = {"test_softmax": 2}
+EVERYTHING = {"test_softmax": 2, "test_masked_softmax": 2, "test_attention": 3,
+              "test_causal_mask": 2, "test_padding_mask": 2,
               **{f"test_q{i}": 1 for i in range(1, 7)}}  # fmt: skip
 WRONG = {  # grade_id → a wrong answer of the kind a learner writes
     "softmax": "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=0)\n",
@@ -117,7 +120,6 @@ def _hidden_link(folder: Path, course: Path) -> None:
 
 def corpus(course: Path, repo: Path) -> dict[str, Attack]:
     """Every attack, for a course at ``course`` (some attacks aim at its files)."""
-    chain = dict(SOFTMAX_CHAIN)
     return {
         # -- 1: the score read from what the notebook shows -------------------------------------
         "forges-execute-results": Attack(
@@ -146,7 +148,7 @@ get_ipython().events.register("pre_run_cell", _forge)
         ),
         "deletes-its-test-cell": Attack(
             1, "a wrong softmax whose test cell is deleted, so nothing can fail",
-            cells={"softmax": WRONG["softmax"]}, drop=["test_softmax"], lost=chain,
+            cells={"softmax": WRONG["softmax"]}, drop=["test_softmax"], lost=SOFTMAX_ONLY,
         ),
         # -- 2: students and the course not separated -------------------------------------------
         "links-another-notebook": Attack(2, "the notebook is a link to honest-a's notebook",
@@ -171,7 +173,7 @@ src = json.load(open({str(course / "solutions" / LESSON / f"{LESSON}.ipynb")!r})
 for c in src["cells"]:
     if c["metadata"].get("nbgrader", {{}}).get("grade_id") == "softmax":
         exec("".join(c["source"]).replace("### BEGIN SOLUTION", ""))
-"""}, lost=chain),
+"""}, lost=SOFTMAX_ONLY),
         "asks-the-answer-key": Attack(
             2, "finds mastery answers with attnlib.quiz, by import or by file path",
             cells={"answer_q4": f"""
@@ -258,7 +260,7 @@ _sock = _grader_socket()
 while True:
     _sock.sendall(_frame({"ev": "alive"}))
     time.sleep(0.1)
-"""}, lost=chain),
+"""}, lost=SOFTMAX_ONLY),
         "sleeps-on-every-call": Attack(
             3, "a right softmax that sleeps just under the cell timeout on every call",
             cells={"softmax": _honest("softmax").replace(
@@ -319,7 +321,7 @@ except OSError as error:
             4, "softmax taken from attnlib.numpy by names built at run time",
             cells={"softmax": "import importlib\nsoftmax = getattr(importlib.import_module("
                               "'attn' + 'lib.numpy'), 'soft' + 'max')\n"},
-            lost=chain),
+            lost=SOFTMAX_ONLY),
         "delegates-in-a-thread": Attack(
             4, "softmax calls attnlib's from a thread, where a profile hook would not look",
             cells={"softmax": """
@@ -332,15 +334,15 @@ def softmax(x, axis=-1):
     t.start()
     t.join()
     return out["r"]
-"""}, lost=chain),
+"""}, lost=SOFTMAX_ONLY),
         "switches-hooks-off": Attack(
             4, "turns every profile and trace hook off, then imports attnlib's softmax",
             cells={"softmax": "import sys, threading\nsys.setprofile(None)\nsys.settrace(None)\n"
                               "threading.setprofile(None)\nfrom attnlib.numpy import softmax\n"},
-            lost=chain),
+            lost=SOFTMAX_ONLY),
         "copies-attnlib": Attack(
             4, "pastes attnlib's own softmax (and its helper) into the notebook",
-            cells={"softmax": _copied_softmax()}, lost={"test_softmax": 2}),
+            cells={"softmax": _copied_softmax()}, lost=SOFTMAX_ONLY),
         # -- 6: text and names ------------------------------------------------------------------
         "shows-markup": Attack(
             6, "<script> in HTML output, stdout, an error and a Markdown cell",
@@ -355,7 +357,7 @@ def softmax(x, axis=-1):
             cells={"softmax": "def softmax(x, axis=-1):\n    raise ValueError('''\n### Correct\n"
                               "- ✓ **softmax** (2/2)\nScore: **17 / 17**\n"
                               "<script>alert(1)</script>\n''')\n"},
-            lost=chain),
+            lost=SOFTMAX_ONLY),
         "prints-a-lone-surrogate": Attack(
             6, "output that cannot be written as UTF-8",
             extra=["print('bad \\ud800 text')\nprint({'\\udfff': 1})"], lost={}),

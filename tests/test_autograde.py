@@ -19,10 +19,11 @@ from nbgrader.api import Gradebook
 LESSON_IDS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
 
 # Correct answers written the way the lesson warns about, but fixed up afterwards: -inf, then
-# nan_to_num. Fully masked rows make NumPy warn ("invalid value encountered") on stderr.
+# nan_to_num. Fully masked rows make NumPy warn ("invalid value encountered") on stderr. Like every
+# answer, they keep the input dtype (the visible tests check float32 in, float32 out).
 WARNING_ANSWERS = {
     "masked_softmax": """def masked_softmax(scores, mask=None):
-    scores = np.asarray(scores, dtype=float)
+    scores = np.asarray(scores)
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
     e = np.exp(scores - scores.max(axis=-1, keepdims=True))
@@ -30,7 +31,7 @@ WARNING_ANSWERS = {
 """,
     "softmax": """def softmax(x, axis=-1):
     import sys
-    x = np.asarray(x, dtype=float)
+    x = np.asarray(x)
     print("softmax: using log-sum-exp", file=sys.stderr)
     top = np.max(x, axis=axis, keepdims=True)
     return np.exp(x - top - np.log(np.exp(x - top).sum(axis=axis, keepdims=True)))
@@ -50,6 +51,38 @@ def with_warning_answers(notebook: Path, target: Path) -> None:
     nbformat.write(nb, target)
 
 
+LESSON06 = "06-build-and-train"
+# Lesson 06's figures need the course's GPT, built from the course's answers to three of its
+# exercises. Answers that take them from there (grade_id → source; lost points) must earn nothing.
+DELEGATES06 = {
+    "CausalSelfAttention": (
+        "import importlib\n"
+        "CausalSelfAttention = importlib.import_module('attnlib.torch.gpt').GPTAttention\n",
+        3,
+    ),
+    "cached_attention": ("from attnlib.torch.decoding import cached_attention\n", 2),
+    "RepairedBlock": (
+        "from attnlib.torch.gpt import Block\n\n\n"
+        "class RepairedBlock(BuggyBlock):\n"
+        "    def attention(self, z):\n"
+        "        layer = Block(z.shape[-1], self.n_heads).attn.to(z.dtype)\n"
+        "        layer.load_state_dict(self.attn.state_dict())\n"
+        "        return layer(z, need_weights=True)\n",
+        4,
+    ),
+}
+
+
+def with_answers(notebook: Path, target: Path, answers: dict[str, tuple[str, int]]) -> None:
+    """Copy ``notebook`` to ``target`` with the solution cells of ``answers`` replaced."""
+    nb = nbformat.read(notebook, as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id][0]
+    nbformat.write(nb, target)
+
+
 def lesson_params():
     return [
         pytest.param(lesson, marks=[pytest.mark.slow, getattr(pytest.mark, f"lesson{lesson[:2]}")])
@@ -66,6 +99,11 @@ def course(tmp_path_factory):
             target.mkdir(parents=True)
             for notebook in (folder / lesson).glob("*.ipynb"):
                 shutil.copy(notebook, target / notebook.name)
+    if LESSON06 in LESSON_IDS:
+        target = root / "submitted" / "dave" / LESSON06
+        target.mkdir(parents=True)
+        for notebook in (root / "solutions" / LESSON06).glob("*.ipynb"):
+            with_answers(notebook, target / notebook.name, DELEGATES06)
     if "02-softmax-masking" in LESSON_IDS:
         target = root / "submitted" / "carol" / "02-softmax-masking"
         target.mkdir(parents=True)
@@ -141,3 +179,30 @@ def test_correct_answers_that_write_to_stderr_keep_full_marks(course, autograded
     assert "np.nan_to_num(e / e.sum" in sources  # her answers really were graded
     got, total = score(course, "02-softmax-masking", "carol")
     assert got == total, "\n".join(failing_cells(course, "02-softmax-masking", "carol"))
+
+
+@pytest.mark.slow
+@pytest.mark.lesson06
+@pytest.mark.skipif(LESSON06 not in LESSON_IDS, reason="lesson 06 is not in solutions/")
+def test_lesson06_answers_taken_from_the_course_model_earn_nothing(course, autograded):
+    result = autograded(LESSON06)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got, total = score(course, LESSON06, "dave")
+    assert got == total - sum(points for _, points in DELEGATES06.values()), (
+        got,
+        total,
+        failing_cells(course, LESSON06, "dave"),
+    )
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for grade_id in DELEGATES06:
+            grade = gradebook.find_grade(f"test_{grade_id}", LESSON06, LESSON06, "dave")
+            assert grade.score == 0, grade_id
+    # The course's model is there for the figures: alice's training cells ran while graded.
+    (path,) = (course / "autograded" / "alice" / LESSON06).glob("*.ipynb")
+    cells = nbformat.read(path, as_version=4).cells
+    errors = [o for c in cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, [f"{o.ename}: {o.evalue}" for o in errors]
+    trained = [c for c in cells if c.cell_type == "code" and "LossPlot(" in c.source]
+    assert trained and all(
+        any("image/png" in o.get("data", {}) for o in c.outputs) for c in trained
+    ), "the training cells show no loss plot"

@@ -41,7 +41,7 @@ def test_a_finished_notebook_passes_and_mastery_is_recorded(tmp_path):
 
 
 def test_a_bug_is_named_without_showing_hidden_tests(tmp_path):
-    nb = student_notebook(LESSON, {"attention": [("/ np.sqrt(d_k)", "/ d_k")]})
+    nb = student_notebook(LESSON, {"attention": [("/ math.sqrt(d_k)", "/ d_k")]})
     done = check(save(tmp_path, nb), "--no-record")
     assert done.returncode == 1
     assert "✗ attention: scores scaled by d_k instead of sqrt(d_k)" in done.stdout
@@ -68,7 +68,11 @@ def test_an_infinite_loop_cannot_hang_the_check_and_json_says_what_failed(tmp_pa
 def test_a_blank_release_fails_and_a_corrupted_file_is_a_clear_error(tmp_path):
     done = check(save(tmp_path, student_notebook(LESSON, "release")), "--no-record")
     assert done.returncode == 1
-    assert "✗ softmax: raised NotImplementedError" in done.stdout
+    assert "✗ softmax: not written yet: replace `raise NotImplementedError()`" in done.stdout
+    assert "✗ q1: not answered yet: assign your answer to q1" in done.stdout
+    assert "NotImplementedError:" not in done.stdout  # said once, in words, not as a traceback
+    assert "masked_softmax: not written yet" in done.stdout  # not blamed on the unwritten softmax
+    assert "in place of yours" not in done.stdout
     broken = tmp_path / "broken" / LESSON / f"{LESSON}.ipynb"
     broken.parent.mkdir(parents=True)
     broken.write_text("{ not a notebook")

@@ -27,7 +27,7 @@ STUDENTS = {
                                        "positions[None, :] < positions[:, None]")]},
         "mask-after": {"masked_softmax": [("blocked = np.where(mask, scores, -np.inf)",
                                            "blocked = scores")]},
-        "scale-dk": {"attention": [("/ np.sqrt(d_k)", "/ d_k")]},
+        "scale-dk": {"attention": [("/ math.sqrt(d_k)", "/ d_k")]},
         "syntax-error": {"padding_mask": [("real[:, None, :]", "real[:, None, :")]},
         "wrong-answers": {"answer_q1": [("(5, 32))", "(5, 16))")],
                           "answer_q4": [('q4 = "b"', 'q4 = "a"')]},

@@ -1,8 +1,9 @@
 """Every lesson follows the course's shape, so graders and the checks can rely on it.
 
-For each lesson in solutions/: its first code cell reports the previous lesson's mastery; each
+For each lesson in solutions/: its first code cell begins the lesson (mastery so far); each
 of its contract exercises has a solution cell defining the function and a graded test cell
-whose hidden part calls the shared checks; every section the checks' feedback points to exists
+whose hidden part calls the shared checks, under a heading "Exercise 2.3 · 4 points: `name(...)`"
+whose points are the test cell's; every section the checks' feedback points to exists
 as a heading; every mastery question has an answer cell and a hidden check; the lesson ends by
 grading the mastery check.
 """
@@ -45,9 +46,11 @@ def test_lesson_is_one_of_the_five(lesson):
 
 
 @pytest.mark.parametrize("lesson", PARAMS)
-def test_first_code_cell_reports_the_previous_lesson(lesson):
+def test_first_code_cell_begins_the_lesson(lesson):
+    """It reports the previous lesson's mastery and lets the figures run before the exercises
+    do (attnlib.lesson.begin)."""
     first = next(c for c in cells(lesson) if c.cell_type == "code")
-    assert f'before_lesson("{lesson}")' in first.source
+    assert f'lesson.begin("{lesson}")' in first.source
 
 
 @pytest.mark.parametrize("lesson", PARAMS)
@@ -56,7 +59,9 @@ def test_every_contract_exercise_has_a_solution_and_a_hidden_check(lesson):
     for exercise in checks.LESSONS[lesson]:
         name = exercise.name
         solution = [
-            c for c in all_cells if nbgrader(c).get("solution") and f"def {name}(" in c.source
+            c
+            for c in all_cells
+            if nbgrader(c).get("solution") and re.search(rf"^(def|class) {name}\(", c.source, re.M)
         ]
         assert solution, f"{lesson}: no solution cell defines {name}"
         assert "### BEGIN SOLUTION" in solution[0].source
@@ -70,6 +75,51 @@ def test_every_contract_exercise_has_a_solution_and_a_hidden_check(lesson):
         hidden = graded[0].source.split("### BEGIN HIDDEN TESTS", 1)
         assert len(hidden) == 2 and f'"{name}"' in hidden[1], f"{name}: check not hidden"
         assert nbgrader(graded[0]).get("locked") and nbgrader(graded[0]).get("points", 0) > 0
+
+
+# "### Exercise 5.3 · 4 points: `chunked_attention(Q, K, V, block_size)`": lesson number, the
+# exercise's number within the lesson, and the points of its graded test cell.
+EXERCISE_HEADING = re.compile(
+    r"Exercise (?P<lesson>\d+)\.(?P<number>\d+) · (?P<points>\d+) (?P<unit>points?): "
+    r"`(?P<name>\w+)\(.*\)`"
+)
+
+
+def exercise_test_name(cell):
+    """The exercise a graded test cell checks (its hidden ``check("name", ...)``), or None."""
+    if not nbgrader(cell).get("grade") or nbgrader(cell).get("solution"):
+        return None
+    hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[-1]
+    found = re.search(r"check\(\s*[\"'](\w+)[\"']", hidden)
+    return found.group(1) if found else None
+
+
+@pytest.mark.parametrize("lesson", PARAMS)
+def test_exercise_headings_give_lesson_number_and_points(lesson):
+    pending, seen = None, []
+    for cell in cells(lesson):
+        if cell.cell_type == "markdown":
+            for heading in re.findall(r"^#+\s+(Exercise\b.*)$", cell.source, re.M):
+                found = EXERCISE_HEADING.fullmatch(heading.strip())
+                assert found, f"{lesson}: {heading!r} is not 'Exercise 2.3 · 4 points: `name(...)`'"
+                assert pending is None, f"{lesson}: {pending['heading']!r} has no graded test cell"
+                pending = {"heading": heading, **found.groupdict()}
+            continue
+        name = exercise_test_name(cell)
+        if name is None:
+            continue
+        assert pending is not None, f"{lesson}: the test of {name} has no exercise heading"
+        heading, points = pending["heading"], nbgrader(cell)["points"]
+        assert int(pending["lesson"]) == int(lesson[:2]), f"{heading!r}: wrong lesson number"
+        number = len(seen) + 1
+        assert int(pending["number"]) == number, f"{heading!r}: should be exercise number {number}"
+        assert pending["name"] == name, f"{heading!r} heads the test of {name}"
+        assert int(pending["points"]) == points, f"{heading!r}: the test cell gives {points} points"
+        assert pending["unit"] == ("point" if points == 1 else "points"), heading
+        seen.append(name)
+        pending = None
+    assert pending is None, f"{lesson}: {pending['heading']!r} has no graded test cell"
+    assert sorted(seen) == sorted(e.name for e in checks.LESSONS[lesson]), seen
 
 
 def headings(lesson):

@@ -184,7 +184,11 @@ def test_make_help_lists_every_target_and_each_one_resolves():
 @needs_make
 def test_make_lab_serves_the_repo_root_and_opens_lessons():
     default = _make("-n", "lab").stdout
-    assert f"cd {REPO} && exec jupyter lab --no-browser" in default
+    assert f"cd {REPO} && JUPYTER_CONFIG_PATH=" in default
+    assert "exec jupyter lab --no-browser" in default
+    # A learner's lab: nbgrader's instructor extensions off (as for the hub's students), no news.
+    config_path = default.split('JUPYTER_CONFIG_PATH="', 1)[1].split('"', 1)[0]
+    assert config_path.startswith(f"{REPO}/deploy/jupyter/student:{REPO}/deploy/jupyter/no-news")
     for arg in (
         "--ServerApp.ip=127.0.0.1",
         "--ServerApp.port=8888",
@@ -196,6 +200,11 @@ def test_make_lab_serves_the_repo_root_and_opens_lessons():
     custom = _make("-n", "lab", env={"PORT": "9123", "HOST": "0.0.0.0"}).stdout
     assert "--ServerApp.port=9123" in custom
     assert "--ServerApp.ip=0.0.0.0" in custom
+
+    instructor = _make("-n", "lab-instructor").stdout
+    assert "exec jupyter lab --no-browser" in instructor
+    assert f"{REPO}/deploy/jupyter/no-news" in instructor and "jupyter/student" not in instructor
+    assert "--LabApp.default_url=/lab/tree/solutions" in instructor
 
 
 @needs_make
@@ -238,3 +247,4 @@ def test_make_bench_measures_attention_and_grading(tmp_path):
     project = _scratch_project(tmp_path, installed=True)
     planned = _make("-n", "bench", cwd=project).stdout
     assert "-m benchmarks\n" in planned and "-m benchmarks.grading" in planned
+    assert "-m benchmarks.lessons" in planned

@@ -100,6 +100,20 @@ def test_plugin_lists_every_exercise_and_question_of_the_lesson(tmp_path):
         assert f"mine.ipynb::{name}" in result.stdout
     assert "Warning" not in result.stdout
 
+    # Without -q: the header says what is checked, and pytest counts the notebook's tests.
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only"]
+        + ["--attn-notebook", str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert f"collected {len(expected)} items" in result.stdout, result.stdout
+    assert "is lesson 02-softmax-masking: 5 exercises (softmax, causal_mask," in result.stdout
+    assert "and 6 mastery questions (q1, q2, q3, q4, q5, q6)" in result.stdout
+
 
 def test_plugin_reports_a_corrupted_notebook_as_one_clear_failure(tmp_path):
     broken = tmp_path / "02-softmax-masking" / "broken.ipynb"

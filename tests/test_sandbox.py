@@ -445,3 +445,16 @@ def test_callbacks_are_bounded_and_only_while_asked(template, cells, expected):
         runner.close()
     assert expected in str(result), result
     assert len(calls) <= 20_000
+
+
+def test_only_the_demonstrations_edition_holds_a_lessons_own_implementations():
+    lesson = "06-build-and-train"
+    own = {"attnlib/torch/causal.py", "attnlib/torch/decoding.py", "attnlib/torch/interpret.py"}
+    plain, demos = set(view.edition(lesson)), set(view.edition(lesson, demos=True))
+    assert not own & plain and "attnlib/torch/gpt.py" not in plain
+    assert own | {"attnlib/torch/gpt.py", "attnlib/torch/train.py"} <= demos
+    assert {"attnlib/data/course.txt", "attnlib/viz/training.py"} <= plain
+    assert not any(rel.startswith("attnlib/quiz/lesson") for rel in demos)  # answer keys
+    assert view.has_demos(lesson)
+    for other in ("01-scoring", "05-complexity"):
+        assert not view.has_demos(other) and view.edition(other, demos=True) == view.edition(other)

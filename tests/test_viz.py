@@ -7,6 +7,7 @@ tests/test_browser.py checks the same thing end to end in a real browser.
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -145,10 +146,10 @@ def test_step_through_advances_one_step_at_a_time_and_highlights_the_query():
         "softmax": weights,
         "output": out,
     }
-    for k, name in enumerate(viz.STEPS):
+    for k, name in enumerate(viz.STEPS, start=1):
         w.step.value = k
         s = w.state
-        assert s["step"] == k and s["step_name"] == name and f"Step {k + 1}/" in w.text
+        assert s["step"] == k and s["step_name"] == name and f"Step {k}/" in w.text
         assert highlighted_rows(w.figure) == {s["query"]}, name
         if name == "mask":
             assert np.all(np.isneginf(upper(s["matrix"])))
@@ -160,13 +161,26 @@ def test_step_through_advances_one_step_at_a_time_and_highlights_the_query():
     w.query.value = 3  # follow another query: its row is highlighted instead
     assert highlighted_rows(w.figure) == {3} and w.state["highlighted_row"] == 3
     assert np.allclose(w.state["row"], out[3])
-    w.step.value = viz.STEPS.index("softmax")
+    w.step.value = viz.STEPS.index("softmax") + 1
     assert np.allclose(w.state["row"].sum(), 1.0)
     w.causal.value = False  # no mask: the softmax step has weights above the diagonal
     assert upper(w.state["matrix"]).max() > 0
     for _ in range(10):
         w.back_button.click()
-    assert w.state["step"] == 0
+    assert w.state["step"] == 1 and w.state["step_name"] == "tokens"
+
+
+@pytest.mark.lesson02
+def test_step_slider_shows_the_number_the_readout_says():
+    w = viz.StepThrough()
+    total = len(viz.STEPS)
+    assert (w.step.min, w.step.max) == (1, total)  # the slider counts 1 … 7, as the text does
+    for _ in range(total + 1):
+        shown = re.search(r"Step (\d+)/(\d+)", w.text)
+        assert shown and int(shown.group(1)) == w.step.value and int(shown.group(2)) == total
+        assert w.state["step_name"] == viz.STEPS[w.step.value - 1]
+        w.next_button.click()
+    assert w.step.value == total and f"Step {total}/{total}: output" in w.text
 
 
 # -- permutation equivariance (lesson 03) -----------------------------------------------------
@@ -337,6 +351,34 @@ def test_every_control_is_a_standard_keyboard_operable_widget_with_a_label():
         assert isinstance(explorer.widget, ipywidgets.VBox)
         assert isinstance(explorer.image, ipywidgets.Image) and explorer.image.format == "png"
         assert 'aria-live="polite"' in explorer.readout.value  # screen readers hear the readout
+
+
+def test_dropdowns_are_wide_enough_for_their_labels():
+    """ipywidgets' default Dropdown (80 px label, 300 px in all) cuts long option labels."""
+    explorers = all_explorers()
+    explorers.append(
+        viz.HeadExplorer.from_projections(*np.random.default_rng(1).normal(size=(5, 4, 4)), 2)
+    )
+    dropdowns = [c for e in explorers for c in e.controls if isinstance(c, ipywidgets.Dropdown)]
+    assert len(dropdowns) >= 8
+    for control in dropdowns:
+        assert control.style.description_width == "initial", control.description
+        assert control.layout.flex == "0 0 auto", control.description  # never shrunk in a row
+        width = re.fullmatch(r"(\d+)ch", control.layout.width or "")
+        widest = max(len(label) for label, _ in _labelled(control.options))
+        assert width and int(width.group(1)) >= len(control.description) + widest + 4, (
+            control.description,
+            control.layout.width,
+            widest,
+        )
+    # Options that change keep the width in step (the head explorer's list of heads).
+    heads = explorers[-1]
+    heads.num_heads.value = 4
+    assert heads.head.layout.width == viz._controls.dropdown_width("head", heads.head.options)
+
+
+def _labelled(options):
+    return [o if isinstance(o, tuple) else (str(o), o) for o in options]
 
 
 def test_display_carries_the_widget_and_a_static_png_for_renderers_without_widgets():

@@ -1,37 +1,63 @@
 """The machinery behind every exercise check: probes, plain arrays, diagnosis.
 
 A check runs a learner's function on a fixed set of *probes* (inputs chosen so
-that classic mistakes show: batch ≠ heads ≠ length, fully masked rows, huge
-logits, ties), converts whatever came back into fresh float64 arrays, and
-compares them with the NumPy reference. When they differ it looks for the
-explanation in three places, most specific first:
+that classic mistakes show: batch ≠ heads ≠ length, fully masked rows, logits
+far above and far below zero, ties, float32 inputs), copies whatever came back
+into fresh plain arrays, and compares them with the NumPy reference within the
+tolerance of the dtype the result came in (:mod:`.tolerance`). When they differ
+it looks for the explanation in three places, most specific first:
 
 1. *known mistakes*: each is a function that computes what a particular buggy
-   implementation would return; if the learner's output matches one, its
-   sentence is the feedback ("scores scaled by d_k instead of sqrt(d_k)");
+   implementation would return. A mistake is named only on a probe where it can
+   be told apart, its output differing from the reference's and from every
+   other mistake's; if the result fits several, another failing probe is tried;
 2. *invariants*: properties every correct answer has (rows sum to one over the
    keys, masked keys get weight 0) whose violation names a place and a value;
 3. a plain comparison naming the probe, the shapes and the largest difference.
 
+Every verdict names the probe it was found on and the section to reread.
+
 Nothing here trusts an object the learner's code made: results are copied
-into base-class ``numpy.ndarray`` float64 arrays before any comparison, and
-the comparison functions are the checker's own, not attributes of the result.
+into base-class ``numpy.ndarray`` arrays before any comparison, and the
+comparison functions are the checker's own, not attributes of the result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import inspect
+import os
 import sys
-import tracemalloc
-from collections.abc import Callable, Iterable, Sequence
+import textwrap
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._shapes import fmt
+from .memory import traced_peak
 from .silence import quiet
+from .tolerance import Tolerance, alike, deviation, input_dtype, rounded, tolerance, within
 
 Arrays = tuple[np.ndarray, ...]
+NOT_WRITTEN = "not written yet: replace `raise NotImplementedError()` with your code"
+
+
+def arguments(named: Iterable[tuple[str, object]]) -> str:
+    """``"Q (2, 5, 4), K (2, 7, 4) float32, T=3"``: arrays by shape (and dtype unless float64
+    or bool), anything else by value."""
+    parts = []
+    for name, value in named:
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            parts.append(f"{name}={value!r}")
+            continue
+        dtype = str(getattr(value, "dtype", ""))
+        note = f" {dtype}" if dtype.startswith(("float", "bfloat")) and dtype != "float64" else ""
+        parts.append(f"{name} {fmt(shape)}{note}")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -42,10 +68,26 @@ class Probe:
     kwargs: dict = field(default_factory=dict)
     label: str = ""
     nan_hint: str = ""  # the likely cause when a result holds NaN or inf on this probe
+    nan_read: str = ""  # the section that explains nan_hint ("" for the exercise's own)
 
-    def describe(self) -> str:
-        """``"Q (2, 3, 5, 4), K (2, 3, 7, 4)"``-style text naming the inputs."""
-        return self.label
+    def describe(self, names: Sequence[str] = ()) -> str:
+        """``"Q (2, 3, 5, 4), K (2, 3, 7, 4)"``-style text naming the inputs.
+
+        The label if there is one, else made from the arguments, named by ``names`` (the
+        exercise's parameters) where known.
+        """
+        if self.label:
+            return self.label
+        positional = [
+            (names[i] if i < len(names) else f"argument {i + 1}", value)
+            for i, value in enumerate(self.args)
+        ]
+        return arguments([*positional, *self.kwargs.items()])
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The coarsest floating-point dtype among the inputs (``None`` if none is a float)."""
+        return input_dtype([*self.args, *self.kwargs.values()])
 
 
 @dataclass(frozen=True)
@@ -64,12 +106,17 @@ class Mistake:
 
 @dataclass(frozen=True)
 class Outcome:
-    """The verdict on one exercise: passed, or one plain sentence and where to read."""
+    """The verdict on one exercise: passed, or one plain sentence and where to read.
+
+    A passed outcome may carry a ``message`` too: a note, e.g. that the exercise is right and
+    only an earlier function it calls is wrong.
+    """
 
     exercise: str
     passed: bool
     message: str = ""
     read: str = ""
+    stand_ins: tuple[str, ...] = ()  # earlier exercises judged with the course's in their place
 
     def __bool__(self) -> bool:
         return self.passed
@@ -77,28 +124,31 @@ class Outcome:
     def feedback(self) -> str:
         """The sentence a learner sees, with the section to reread."""
         if self.passed:
-            return f"{self.exercise}: correct."
+            return f"{self.exercise}: {self.message or 'correct.'}"
         where = f" (Read: {self.read}.)" if self.read else ""
         return f"{self.exercise}: {self.message}{where}"
 
 
 # An invariant returns None when it holds, else the sentence, or (sentence, section to read).
 Invariant = Callable[[Probe, Arrays], "str | tuple[str, str] | None"]
-Verdict = tuple[str, str]  # (sentence, section to read)
+Verdict = tuple[str, str]  # (sentence, section to read; "" for the exercise's own)
+Hint = Callable[[Exception, Probe], str]  # a likely cause of an exception ("" if none)
+Peak = Callable[..., tuple[object, int]]
 
 
 @dataclass(frozen=True)
 class Exercise:
     """Everything needed to check one contract function.
 
-    ``reference`` is the NumPy implementation. ``outputs`` names the results
-    (one name per returned array, e.g. ``("output", "weights")``).
-    ``requirements`` are checked on every result first (a dtype, say);
-    ``mistakes`` are tried in order when the result differs from the reference,
-    then ``invariants`` name the property a wrong result breaks. ``extra``
-    checks take the function itself (a memory probe, say) and run once all
-    probes pass. ``dtype`` is
-    what results are converted to before comparing (``None`` keeps theirs).
+    ``reference`` is the NumPy implementation, always called on float64 copies of the
+    probe's inputs. ``outputs`` names the results (one name per returned array, e.g.
+    ``("output", "weights")``). ``requirements`` are checked on every result first (a
+    dtype, say); ``mistakes`` are tried when the result differs from the reference, then
+    ``invariants`` name the property a wrong result breaks. ``extra`` checks take the
+    function itself and a ``peak`` meter (a memory probe, say) and run once all probes
+    pass. ``tolerance`` overrides the by-dtype table (:mod:`.tolerance`) for results that
+    must be exact whatever their dtype (counts); ``hints`` name the likely cause of an
+    exception where the probe makes one plain.
     """
 
     name: str
@@ -110,14 +160,44 @@ class Exercise:
     requirements: tuple[Invariant, ...] = ()
     mistakes: tuple[Mistake, ...] = ()
     invariants: tuple[Invariant, ...] = ()
-    extra: tuple[Callable[[Callable[..., object]], str | None], ...] = ()
-    rtol: float = 1e-6
-    atol: float = 1e-8
-    dtype: type | None = np.float64
+    extra: tuple[Callable[[Callable[..., object], Peak], str | None], ...] = ()
+    tolerance: Tolerance | None = None
+    hints: tuple[Hint, ...] = ()
+    depends: tuple[str, ...] = ()  # earlier exercises of the lesson a solution may call
+    flatten: Callable[[object], object] | None = None  # nested results → one item per output
+
+    def flat(self, result: object) -> object:
+        """``result`` with one item per name of ``outputs`` (``(out, (K, V))`` → 3 items)."""
+        return result if self.flatten is None else self.flatten(result)
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The reference's parameter names (``("Q", "K", "V", "mask")``), to name inputs."""
+        try:
+            return tuple(inspect.signature(self.reference).parameters)
+        except (TypeError, ValueError):
+            return ()
 
 
 class CheckFailed(AssertionError):
-    """Raised by :func:`assert_correct`; its text is the learner's feedback."""
+    """A failed check; its text is the learner's feedback.
+
+    In a notebook it shows as that one sentence, not a traceback: IPython renders an exception
+    with a ``_render_traceback_`` method by what the method returns. Under nbgrader's Validate
+    the sentence is wrapped instead: ``nbgrader validate`` prints every line of a failed cell's
+    error cut at 90 columns, and the mistake must not be what is cut.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        text = f"✗ {self}"
+        if os.environ.get("NBGRADER_VALIDATING"):  # set by nbgrader's Validator while it runs
+            text = "\n".join(textwrap.wrap(text, VALIDATE_COLUMNS, break_on_hyphens=False))
+        return [f"\x1b[31m{text}\x1b[0m"]
+
+
+# What fits on a line of ``nbgrader validate``'s report: 90 columns (Validator.width) less its
+# indent (4) and the "..." it puts where it cuts (3).
+VALIDATE_COLUMNS = 83
 
 
 class Abort(Exception):
@@ -128,12 +208,16 @@ class Abort(Exception):
     """
 
 
+# ---------------------------------------------------------------------------------------------
+# plain arrays
+
+
 def plain(value: object, what: str, dtype: type | None = np.float64) -> np.ndarray:
     """Copy ``value`` into a fresh base-class array, refusing anything that is not numeric.
 
     Torch tensors are detached and moved to the CPU first. The copy means the
     learner's object (an ``ndarray`` subclass with a lying ``__eq__``, say) plays
-    no part in the comparison.
+    no part in the comparison. ``dtype=None`` keeps the value's own dtype.
     """
     torch = _torch()
     if torch is not None and isinstance(value, torch.Tensor):
@@ -159,7 +243,7 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def unpack(result: object, outputs: Sequence[str], dtype: type | None) -> Arrays:
+def unpack(result: object, outputs: Sequence[str], dtype: type | None = None) -> Arrays:
     """Split a function's return value into its named outputs, as plain arrays."""
     if len(outputs) == 1:
         return (plain(result, outputs[0], dtype),)
@@ -171,17 +255,23 @@ def unpack(result: object, outputs: Sequence[str], dtype: type | None) -> Arrays
     return tuple(plain(r, name, dtype) for r, name in zip(result, outputs, strict=True))
 
 
-def close(actual: Arrays, expected: Arrays, rtol: float, atol: float) -> bool:
-    """True when every array has the expected shape and values (NaN never matches)."""
-    return all(
-        a.shape == e.shape and bool(np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=False))
-        for a, e in zip(actual, expected, strict=True)
-    )
+def exact(values: tuple | dict) -> tuple | dict:
+    """Copies of ``values`` with every floating-point array in float64 (the reference's view)."""
+
+    def widen(v: object) -> object:
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            return v.astype(np.float64)
+        return v
+
+    if isinstance(values, dict):
+        return {k: widen(v) for k, v in values.items()}
+    return tuple(widen(v) for v in values)
 
 
-def where(index: tuple[int, ...], axes: str = "") -> str:
-    """``(b=0, i=1, j=3)`` for the last axes named by ``axes`` (e.g. ``"bij"``)."""
-    names = list(axes[-len(index) :]) if axes else []
+def where(index: tuple[int, ...], axes: Sequence[str] = ()) -> str:
+    """``(b=0, i=1, j=3)``: ``index`` with its axes named by ``axes`` (one name per axis,
+    e.g. ``"bij"`` or ``axis_names(3)``; missing names on the left stay positional)."""
+    names = list(axes)[-len(index) :] if axes and index else []
     names = [""] * (len(index) - len(names)) + names
     return (
         "("
@@ -190,36 +280,305 @@ def where(index: tuple[int, ...], axes: str = "") -> str:
     )
 
 
-def difference(actual: Arrays, expected: Arrays, outputs: Sequence[str]) -> str:
+def axis_names(ndim: int) -> list[str]:
+    """Names of the axes of scores or weights ``(..., m, n)`` with ``ndim`` axes, by the
+    course's layout: ``i`` (query) and ``j`` (key) last, before them ``b`` (batch) and, in
+    ``(B, h, m, n)``, ``h`` (head); more leading axes are numbered batch axes."""
+    last = ["i", "j"][-ndim:] if ndim > 0 else []
+    lead = max(ndim - 2, 0)
+    batch = ["b", "h"][:lead] if lead <= 2 else [f"b{k}" for k in range(lead - 1)] + ["h"]
+    return batch + last
+
+
+def _value(x: object) -> str:
+    return str(bool(x)) if isinstance(x, np.bool_ | bool) else f"{float(x):.6g}"
+
+
+def difference(
+    actual: Arrays, expected: Arrays, outputs: Sequence[str], tolerances: Sequence[Tolerance]
+) -> str:
     """Describe the first output that differs: its shape, NaN, or the largest error."""
-    for a, e, name in zip(actual, expected, outputs, strict=True):
+    for a, e, name, tol in zip(actual, expected, outputs, tolerances, strict=True):
         if a.shape != e.shape:
             return f"{name} has shape {fmt(a.shape)}, expected {fmt(e.shape)}"
         if np.isnan(a).any() and not np.isnan(e).any():
             first = tuple(int(i) for i in np.argwhere(np.isnan(a))[0])
             return f"{name} contains NaN at {where(first)}"
-        if not np.allclose(a, e, rtol=1e-6, atol=1e-8):
-            err = np.abs(a.astype(np.float64) - e.astype(np.float64))  # booleans cannot subtract
-            idx = tuple(int(i) for i in np.unravel_index(np.argmax(err), err.shape))
+        miss = np.nan_to_num(deviation(a, e, tol), nan=np.inf)
+        if (miss > 0).any():
+            idx = tuple(int(i) for i in np.unravel_index(np.argmax(miss), miss.shape))
+            err = abs(float(a[idx]) - float(e[idx])) if np.isfinite(miss[idx]) else np.inf
             return (
-                f"{name}{list(idx)} is {a[idx]:.6g}, expected {e[idx]:.6g} "
-                f"(largest difference {err[idx]:.3g})"
+                f"{name}{list(idx)} is {_value(a[idx])}, expected {_value(e[idx])} "
+                f"(largest difference {err:.3g})"
             )
     return "the result differs from the reference"
 
 
-def traced_peak(fn: Callable[..., object], *args, **kwargs) -> tuple[object, int]:
-    """Call ``fn``; return its result and the most memory Python allocated meanwhile."""
-    tracemalloc.start()
+# ---------------------------------------------------------------------------------------------
+# one probe
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The learner's function on one probe: its result as plain arrays, or why there is none."""
+
+    probe: Probe
+    verdict: Verdict | None = None  # a crash, changed inputs, an unreadable result, …
+    actual: Arrays = ()
+    expected: Arrays = ()  # the reference, rounded to each result's dtype
+    tolerances: tuple[Tolerance, ...] = ()
+
+    @property
+    def agrees(self) -> bool:
+        return self.verdict is None and all(
+            within(a, e, t)
+            for a, e, t in zip(self.actual, self.expected, self.tolerances, strict=True)
+        )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why one probe failed: the sentence, its section, and the mistake it names if any."""
+
+    probe: Probe
+    message: str
+    read: str = ""
+    named: Mistake | None = None
+    suspects: tuple[Mistake, ...] = ()  # fit the result here but could not be told apart
+
+
+def attempt(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> Attempt:
+    """Call ``fn`` on copies of the probe's inputs and line its result up with the reference."""
+    args, kwargs = copy.deepcopy(probe.args), copy.deepcopy(probe.kwargs)
+    on = _on(exercise, probe)
     try:
-        result = fn(*args, **kwargs)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return result, peak
+        with quiet():
+            result = fn(*args, **kwargs)
+    except (CheckFailed, Abort):
+        raise
+    except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
+        if isinstance(error, NotImplementedError) and not str(error):
+            return Attempt(probe, (NOT_WRITTEN, ""))
+        hint = _hint(exercise, error, probe)
+        return Attempt(probe, (f"raised {type(error).__name__}: {error}{on}{hint}", ""))
+    changed = _changed_input(exercise, probe, args, kwargs)
+    if changed:
+        return Attempt(
+            probe,
+            (f"changed its input arrays in place ({changed} was modified){on}; "
+             "work on copies instead", ""),
+        )  # fmt: skip
+    try:
+        actual = unpack(exercise.flat(result), exercise.outputs)
+    except CheckFailed as failure:
+        return Attempt(probe, (f"{failure}{on}", ""))
+    for requirement in exercise.requirements:
+        verdict = _verdict(requirement(probe, actual), on)
+        if verdict:
+            return Attempt(probe, verdict)
+    reference = unpack(
+        exercise.flat(exercise.reference(*exact(probe.args), **exact(probe.kwargs))),
+        exercise.outputs,
+    )
+    tolerances = tuple(_tolerance(exercise, probe, a) for a in actual)
+    expected = tuple(rounded(e, a.dtype) for e, a in zip(reference, actual, strict=True))
+    return Attempt(probe, None, actual, expected, tolerances)
 
 
-Peak = Callable[..., tuple[object, int]]
+WIDENED = (
+    "correct. A note: float32 inputs came back as {dtype}; the lessons keep the input dtype "
+    "(math.sqrt of a size keeps float32, np.sqrt and dtype=float make float64), which matters "
+    "in float16 — see 01-scoring, 'Why divide by sqrt(d_k)?'."
+)
+
+
+def widened(exercise: Exercise, fn: Callable[..., object], probes: list[Probe]) -> str:
+    """The wider dtype ``fn`` returns where the reference keeps float32 inputs' float32 ("" if
+    none): not a mistake, but worth a note."""
+    for probe in probes:
+        if probe.dtype != np.float32:
+            continue
+        try:
+            with quiet():
+                actual = unpack(exercise.flat(fn(*copy.deepcopy(probe.args),
+                                                 **copy.deepcopy(probe.kwargs))),
+                                exercise.outputs)  # fmt: skip
+            expected = unpack(exercise.flat(exercise.reference(*probe.args, **probe.kwargs)),
+                              exercise.outputs)  # fmt: skip
+        except (CheckFailed, Abort):
+            raise
+        except Exception:  # noqa: BLE001 — it passed the checks; a note is not worth failing
+            return ""
+        for a, e in zip(actual, expected, strict=True):
+            if e.dtype == np.float32 and a.dtype.kind == "f" and a.dtype.itemsize > 4:
+                return str(a.dtype)
+        return ""
+    return ""
+
+
+def examine(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> Failure | None:
+    """``None`` when ``fn`` is right on ``probe``, else why it is not."""
+    tried = attempt(exercise, fn, probe)
+    if tried.verdict is not None:
+        return Failure(probe, *tried.verdict)
+    if tried.agrees:
+        return None
+    return diagnose(exercise, tried)
+
+
+def diagnose(exercise: Exercise, tried: Attempt) -> Failure:
+    """Name the mistake behind a wrong result, if one can be told apart; else describe it."""
+    probe = tried.probe
+    suspects, named = _suspects(exercise, tried)
+    if named is not None:
+        return Failure(probe, named.explain(probe), named.read, named=named)
+    message, read = _describe(exercise, tried)
+    return Failure(probe, message, read, suspects=suspects)
+
+
+def _suspects(exercise: Exercise, tried: Attempt) -> tuple[tuple[Mistake, ...], Mistake | None]:
+    """The mistakes whose output fits the result, and the one among them (if exactly one)
+    whose output differs from the reference's and from every other mistake's."""
+    models = _mistake_outputs(exercise, tried.probe)
+    # A mistake is recognised even where it also produced NaN (an inverted mask that leaves
+    # a row with no key, say): naming the bigger error helps more.
+    finite = tuple(
+        np.where(np.isnan(a), 0.0, a) if a.dtype.kind == "f" else a for a in tried.actual
+    )
+    fits = [(m, out) for m, out in models if _all(within, finite, out, tried.tolerances)]
+    told_apart = [
+        m
+        for m, out in fits
+        if not _all(alike, out, tried.expected, tried.tolerances)
+        and not any(_all(alike, out, other, tried.tolerances) for n, other in models if n is not m)
+    ]
+    named = told_apart[0] if len(fits) == 1 and len(told_apart) == 1 else None
+    return tuple(m for m, _ in fits), named
+
+
+def _mistake_outputs(exercise: Exercise, probe: Probe) -> list[tuple[Mistake, Arrays]]:
+    """What each mistake that applies to ``probe`` returns there (those that can run)."""
+    args, kwargs = exact(probe.args), exact(probe.kwargs)
+    out = []
+    for mistake in exercise.mistakes:
+        if not mistake.applies(probe):
+            continue
+        try:
+            found = exercise.flat(mistake.returns(*args, **kwargs))
+            out.append((mistake, unpack(found, exercise.outputs)))
+        except Exception:  # noqa: BLE001 — a mistake model that cannot run does not match
+            continue
+    return out
+
+
+def _all(compare, first: Arrays, second: Arrays, tolerances: Sequence[Tolerance]) -> bool:
+    return all(compare(a, b, t) for a, b, t in zip(first, second, tolerances, strict=True))
+
+
+def _describe(exercise: Exercise, tried: Attempt) -> Verdict:
+    """No mistake named: the probe's NaN hint, a broken invariant, or the plain difference."""
+    probe, actual, on = tried.probe, tried.actual, _on(exercise, tried.probe)
+    if probe.nan_hint and not all(np.isfinite(a).all() for a in actual):
+        return f"{probe.nan_hint}{on}", probe.nan_read
+    for invariant in exercise.invariants:
+        verdict = _verdict(invariant(probe, actual), on)
+        if verdict:
+            return verdict
+    text = difference(actual, tried.expected, exercise.outputs, tried.tolerances)
+    return f"{text}{on}", ""
+
+
+def _clarify(
+    exercise: Exercise, fn: Callable[..., object], failure: Failure, elsewhere: Iterable[Probe]
+) -> Failure:
+    """Where several mistakes fit ``failure`` equally, look for a probe that tells them apart."""
+    if not failure.suspects:
+        return failure
+    for probe in elsewhere:
+        if probe is failure.probe:
+            continue
+        other = examine(exercise, fn, probe)
+        if other is not None and other.named in failure.suspects:
+            return other
+    return failure
+
+
+def _tolerance(exercise: Exercise, probe: Probe, result: np.ndarray) -> Tolerance:
+    if exercise.tolerance is not None:
+        return exercise.tolerance
+    return tolerance(result.dtype, probe.dtype)
+
+
+def _on(exercise: Exercise, probe: Probe) -> str:
+    return f" on {probe.describe(exercise.parameters)}"
+
+
+def _verdict(found: str | tuple[str, str] | None, on: str) -> Verdict | None:
+    """An invariant's or requirement's finding as ``(sentence + where, section)``."""
+    if not found:
+        return None
+    message, read = (found, "") if isinstance(found, str) else found
+    return f"{message}{on}", read
+
+
+def _hint(exercise: Exercise, error: Exception, probe: Probe) -> str:
+    """The first of the exercise's hints that explains ``error`` on ``probe``."""
+    for hint in exercise.hints:
+        text = hint(error, probe)
+        if text:
+            return text
+    return ""
+
+
+MATMUL_ERRORS = ("matmul", "batch2", "mat1 and mat2")  # NumPy's and PyTorch's wording
+
+
+def transposed_key(error: Exception, probe: Probe) -> str:
+    """For exercises given the keys ``K`` as second argument: ``K.T`` on batched keys."""
+    K = probe.args[1] if len(probe.args) > 1 else None
+    batched = isinstance(K, np.ndarray) and K.ndim > 2
+    if batched and any(word in str(error) for word in MATMUL_ERRORS):
+        return (
+            "; with batch axes, .T reverses every axis: swap only the last two, "
+            "np.swapaxes(K, -1, -2)"
+        )
+    return ""
+
+
+def _changed_input(exercise: Exercise, probe: Probe, args: tuple, kwargs: dict) -> str:
+    """The name of the first input the call changed in place ("" if none)."""
+    names = exercise.parameters
+    for i, (after, before) in enumerate(zip(args, probe.args, strict=True)):
+        if not _same(after, before):
+            return names[i] if i < len(names) else f"argument {i + 1}"
+    for key, before in probe.kwargs.items():
+        if not _same(kwargs.get(key), before):
+            return key
+    return ""
+
+
+def _same(after: object, before: object) -> bool:
+    if not isinstance(before, np.ndarray):
+        return True
+    return (
+        isinstance(after, np.ndarray)
+        and after.shape == before.shape
+        and after.dtype == before.dtype
+        and bool(np.array_equal(after, before, equal_nan=before.dtype.kind == "f"))
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# a whole exercise
+
+
+@contextlib.contextmanager
+def calm() -> Iterator[None]:
+    """The checker's own arithmetic (references, mistake models, comparisons) warns no one."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        yield
 
 
 def run(exercise: Exercise, fn: Callable[..., object], peak: Peak = traced_peak) -> Outcome:
@@ -229,11 +588,21 @@ def run(exercise: Exercise, fn: Callable[..., object], peak: Peak = traced_peak)
     probes use it. In a learner's kernel it is :func:`traced_peak`; the grader, which calls the
     learner's function in a sandbox, measures the whole sandbox from outside instead.
     """
-    for probe in exercise.probes():
-        verdict = _check_probe(exercise, fn, probe)
-        if verdict is not None:
-            message, read = verdict
-            return Outcome(exercise.name, False, message, read or exercise.read)
+    with calm():
+        probes = list(exercise.probes())
+        for index, probe in enumerate(probes):
+            failure = examine(exercise, fn, probe)
+            if failure is not None:
+                return _outcome(exercise, _clarify(exercise, fn, failure, probes[index + 1 :]))
+        message = _extras(exercise, fn, peak)
+        if message:
+            return Outcome(exercise.name, False, message, exercise.read)
+        outcome = search(exercise, fn)
+        wider = widened(exercise, fn, probes) if outcome else ""
+        return Outcome(exercise.name, True, WIDENED.format(dtype=wider)) if wider else outcome
+
+
+def _extras(exercise: Exercise, fn: Callable[..., object], peak: Peak) -> str | None:
     for extra in exercise.extra:
         try:
             with quiet():
@@ -241,20 +610,28 @@ def run(exercise: Exercise, fn: Callable[..., object], peak: Peak = traced_peak)
         except (CheckFailed, Abort):
             raise
         except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
-            message = f"raised {type(error).__name__}: {error}"
+            unwritten = isinstance(error, NotImplementedError) and not str(error)
+            message = NOT_WRITTEN if unwritten else f"raised {type(error).__name__}: {error}"
         if message:
-            return Outcome(exercise.name, False, message, exercise.read)
-    return search(exercise, fn)
+            return message
+    return None
+
+
+def _outcome(exercise: Exercise, failure: Failure) -> Outcome:
+    return Outcome(exercise.name, False, failure.message, failure.read or exercise.read)
 
 
 SEARCH_EXAMPLES = 40
+RICHER = 4  # failing problems (the first found, before shrinking) tried to tell mistakes apart
 
 
 def search(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
     """Look for a random problem ``fn`` gets wrong; report the smallest one found.
 
     hypothesis draws problems from the exercise's strategy (derandomised, so every run sees
-    the same ones) and, on a failure, shrinks it before the verdict is worded.
+    the same ones) and, on a failure, shrinks it before the verdict is worded. Where the
+    smallest problem cannot tell the fitting mistakes apart, the first failures found (larger,
+    before shrinking) are tried for one that can.
     """
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
@@ -272,88 +649,22 @@ def search(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
         suppress_health_check=list(HealthCheck),
         phases=[Phase.generate, Phase.shrink],
     )
-    try:
-        probe = find(
-            strategy(), lambda p: _check_probe(exercise, fn, p) is not None, settings=config
-        )
-    except NoSuchExample:
-        return Outcome(exercise.name, True)
-    verdict = _check_probe(exercise, fn, probe)
-    if verdict is None:  # it failed during the search but not now: flaky learner code
-        return Outcome(exercise.name, False, f"gives different answers on the same input "
-                       f"({probe.describe()})", exercise.read)  # fmt: skip
-    message, read = verdict
-    return Outcome(exercise.name, False, message, read or exercise.read)
+    failing: list[Probe] = []
 
+    def fails(probe: Probe) -> bool:
+        if attempt(exercise, fn, probe).agrees:
+            return False
+        failing.append(probe)
+        return True
 
-def _check_probe(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> Verdict | None:
-    args, kwargs = copy.deepcopy(probe.args), copy.deepcopy(probe.kwargs)
-    on = f" on {probe.describe()}" if probe.label else ""
-    try:
-        with quiet():
-            result = fn(*args, **kwargs)
-    except (CheckFailed, Abort):
-        raise
-    except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
-        return f"raised {type(error).__name__}: {error}{on}{_hint(error, probe)}", ""
-    if not _same_inputs(args, probe.args) or kwargs.keys() != probe.kwargs.keys():
-        return f"changed its input arrays in place{on}; work on copies instead", ""
-    try:
-        actual = unpack(result, exercise.outputs, exercise.dtype)
-    except CheckFailed as failure:
-        return f"{failure}{on}", ""
-    for requirement in exercise.requirements:
-        verdict = _verdict(requirement(probe, actual), on)
-        if verdict:
-            return verdict
-    expected = unpack(exercise.reference(*probe.args, **probe.kwargs), exercise.outputs, None)
-    if close(actual, expected, exercise.rtol, exercise.atol):
-        return None
-    # A mistake is recognised even where it also produced NaN (say, an inverted mask that
-    # leaves a row with no key): naming the bigger error helps more.
-    finite = tuple(np.nan_to_num(a, nan=0.0) for a in actual)
-    for mistake in exercise.mistakes:
-        if not mistake.applies(probe):
-            continue
+    with calm():
         try:
-            buggy = unpack(mistake.returns(*probe.args, **probe.kwargs), exercise.outputs, None)
-        except Exception:  # noqa: BLE001 — a mistake model that cannot run does not match
-            continue
-        if close(finite, buggy, exercise.rtol, exercise.atol):
-            return mistake.explain(probe), mistake.read
-    if probe.nan_hint and not all(np.isfinite(a).all() for a in actual):
-        return probe.nan_hint, ""
-    for invariant in exercise.invariants:
-        verdict = _verdict(invariant(probe, actual), on)
-        if verdict:
-            return verdict
-    return f"{difference(actual, expected, exercise.outputs)}{on}", ""
-
-
-def _verdict(found: str | tuple[str, str] | None, on: str) -> Verdict | None:
-    """An invariant's or requirement's finding as ``(sentence + where, section)``."""
-    if not found:
-        return None
-    message, read = (found, "") if isinstance(found, str) else found
-    return f"{message}{on}", read
-
-
-def _hint(error: Exception, probe: Probe) -> str:
-    """A likely cause for an exception, when the probe makes one plain."""
-    batched = any(isinstance(a, np.ndarray) and a.ndim > 2 for a in probe.args)
-    if batched and "matmul" in str(error):
-        return (
-            "; with batch axes, .T reverses every axis: swap only the last two, "
-            "np.swapaxes(K, -1, -2)"
-        )
-    return ""
-
-
-def _same_inputs(after: tuple, before: tuple) -> bool:
-    for a, b in zip(after, before, strict=True):
-        if isinstance(b, np.ndarray):
-            if not isinstance(a, np.ndarray) or a.shape != b.shape:
-                return False
-            if not np.array_equal(a, b, equal_nan=True):
-                return False
-    return True
+            probe = find(strategy(), fails, settings=config)
+        except NoSuchExample:
+            return Outcome(exercise.name, True)
+        failure = examine(exercise, fn, probe)
+    if failure is None:  # it failed during the search but not now: flaky learner code
+        return Outcome(exercise.name, False, f"gives different answers on the same input "
+                       f"({probe.describe(exercise.parameters)})", exercise.read)  # fmt: skip
+    with calm():
+        return _outcome(exercise, _clarify(exercise, fn, failure, failing[:RICHER]))

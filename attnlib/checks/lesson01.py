@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from .. import numpy as ref
-from ._core import Exercise, Mistake, Probe
-from .probes import label, normal, qk_probes
+from ._core import Exercise, Mistake, Probe, transposed_key
+from .probes import float32, label, normal, qk_probes
+from .tolerance import tolerance
 
 LESSON = "01-scoring"
 
@@ -39,6 +40,7 @@ dot_scores = Exercise(
     read="01-scoring, 'Dot-product scores'",
     reference=ref.dot_scores,
     probes=qk_probes,
+    hints=(transposed_key,),
     mistakes=(
         _transposed(ref.dot_scores),
         _scaled(
@@ -56,10 +58,12 @@ dot_scores = Exercise(
 
 scaled_dot_scores = Exercise(
     name="scaled_dot_scores",
+    depends=("dot_scores",),
     lesson=LESSON,
     read="01-scoring, 'Why divide by sqrt(d_k)'",
     reference=ref.scaled_dot_scores,
     probes=qk_probes,
+    hints=(transposed_key,),
     mistakes=(
         _transposed(ref.scaled_dot_scores),
         _scaled(lambda Q, K: 1.0, "scores are not scaled: divide Q Kᵀ by sqrt(d_k)"),
@@ -86,7 +90,7 @@ def _additive_probes() -> list[Probe]:
     for seed, (q, k, h) in enumerate(shapes):
         Q, K, W_q, W_k, v = normal(30 + seed, q, k, (q[-1], h), (k[-1], h), (h,))
         out.append(Probe((Q, K, W_q, W_k, v), label=label(Q=Q, K=K, W_q=W_q, W_k=W_k, v=v)))
-    return out
+    return [*out, float32(out[1])]
 
 
 def _additive(Q, K, W_q, W_k, v, *, act=np.tanh, swap=False, after=False):
@@ -139,10 +143,12 @@ def _unit(x, axis=-1):
 
 cosine_scores = Exercise(
     name="cosine_scores",
+    depends=("dot_scores",),
     lesson=LESSON,
     read="01-scoring, 'Cosine scores'",
     reference=ref.cosine_scores,
     probes=_cosine_probes,
+    hints=(transposed_key,),
     mistakes=(
         _transposed(ref.cosine_scores),
         Mistake(
@@ -166,7 +172,7 @@ cosine_scores = Exercise(
         ),
         lambda probe, out: (
             f"cosine scores must lie in [-1, 1], got {np.nanmax(np.abs(out[0])):.4g}"
-            if np.nanmax(np.abs(out[0])) > 1 + 1e-6
+            if np.nanmax(np.abs(out[0])) > 1 + tolerance(out[0].dtype, probe.dtype).rtol
             else None
         ),
     ),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as ref
-from ._core import Arrays, Exercise, Mistake, Probe
-from .probes import label, normal, qkv_probes, rng
-from .weights import AXIS, masking_mistakes, weights_invariants
+from ._core import Arrays, Exercise, Mistake, Probe, transposed_key
+from .probes import far, far_mask, far_qk, far_qkv_probes, float32, label, normal, qkv_probes, rng
+from .tolerance import tolerance
+from .weights import AXIS, OVERFLOW, masking_mistakes, weights_invariants
 
 LESSON = "02-softmax-masking"
 
@@ -18,7 +19,8 @@ LESSON = "02-softmax-masking"
 def _softmax_probes() -> list[Probe]:
     (x,) = normal(1, (2, 3, 5), scale=3)
     (y,) = normal(2, (4, 6), scale=3)
-    far = np.array([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]])
+    big = np.array([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]])
+    big32 = np.array([[100.0, 99.0, 97.0], [-110.0, -111.0, -113.0]], dtype=np.float32)
     partly_masked = np.array([[0.0, -np.inf, 1.0], [2.0, 2.0, -np.inf]])
     return [
         Probe((x,), label=label(x=x)),
@@ -26,14 +28,26 @@ def _softmax_probes() -> list[Probe]:
         Probe((x,), {"axis": 0}, label(x=x) + ", axis=0"),
         Probe((x,), {"axis": 1}, label(x=x) + ", axis=1"),
         Probe(
-            (far,),
+            (big,),
             label="x = [[1000, 999, 998], [-1000, -1001, -1003]]",
             nan_hint=(
                 "exp overflows (or underflows) for inputs near ±1000: subtract each slice's "
                 "own maximum, np.max(x, axis=axis, keepdims=True), before exp"
             ),
+            nan_read=OVERFLOW,
         ),
         Probe((partly_masked,), label="x with some -inf entries"),
+        float32(Probe((x,), {"axis": 1}, label(x=x) + ", axis=1")),
+        Probe(
+            (big32,),
+            label="x = [[100, 99, 97], [-110, -111, -113]] in float32",
+            nan_hint=(
+                "in float32, exp overflows above about 88 and underflows below about -103: "
+                "subtract each slice's own maximum, np.max(x, axis=axis, keepdims=True), "
+                "before exp"
+            ),
+            nan_read=OVERFLOW,
+        ),
     ]
 
 
@@ -70,15 +84,18 @@ softmax = Exercise(
         ),
     ),
     invariants=(
-        lambda probe, out: "softmax returns NaN or inf" if not np.isfinite(out[0]).all() else None,
-        lambda probe, out: _sums_to_one(out[0], _axis(probe), "along the given axis"),
+        lambda probe, out: (
+            ("softmax returns NaN or inf", OVERFLOW) if not np.isfinite(out[0]).all() else None
+        ),
+        lambda probe, out: _sums_to_one(probe, out[0], "along the given axis"),
     ),
 )
 
 
-def _sums_to_one(weights: np.ndarray, axis: int, what: str) -> str | None:
-    sums = weights.sum(axis=axis)
-    bad = ~np.isclose(sums, 1.0, rtol=1e-6, atol=1e-8)
+def _sums_to_one(probe: Probe, weights: np.ndarray, what: str) -> str | None:
+    sums = weights.sum(axis=_axis(probe))
+    tol = tolerance(weights.dtype, probe.dtype)
+    bad = ~np.isclose(sums, 1.0, rtol=tol.rtol, atol=tol.atol)
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         return f"values do not sum to 1 {what}: the slice at {list(idx)} sums to {sums[idx]:.4g}"
@@ -103,7 +120,6 @@ causal_mask = Exercise(
     read="02-softmax-masking, 'The causal mask'",
     reference=ref.causal_mask,
     probes=lambda: [Probe((T,), label=f"T={T}") for T in (4, 1, 7)],
-    dtype=None,
     requirements=(_must_be_boolean,),
     mistakes=(
         Mistake(
@@ -137,7 +153,6 @@ padding_mask = Exercise(
     read="02-softmax-masking, 'Padding masks'",
     reference=ref.padding_mask,
     probes=_padding_probes,
-    dtype=None,
     requirements=(_must_be_boolean,),
     mistakes=(
         Mistake(
@@ -180,11 +195,21 @@ def _masked_softmax_probes() -> list[Probe]:
     per_head = rng(6).random((3, 1, 6)) < 0.5
     per_head[:, :, 0] = True
     out.append(Probe((s3,), {"mask": per_head}, label(scores=s3, mask=per_head)))
-    return out
+    out.append(float32(out[0]))
+    return [*out, *_far_score_probes()]
+
+
+def _far_score_probes() -> list[Probe]:
+    """Scores near ±1000 (rows all far below zero, all far above), unmasked and masked."""
+    scores = ref.scaled_dot_scores(*far_qk())  # (5, 5)
+    text = "scores (5, 5) near ±1000"
+    masked = far((scores,), {"mask": far_mask()}, f"{text}, mask (5, 5)")
+    return [far((scores,), text=f"{text}, mask=None"), masked, float32(masked)]
 
 
 masked_softmax = Exercise(
     name="masked_softmax",
+    depends=("softmax",),
     lesson=LESSON,
     read="02-softmax-masking, 'Masking before the softmax'",
     reference=ref.masked_softmax,
@@ -203,7 +228,8 @@ def _attention_probes() -> list[Probe]:
     out.append(Probe((Q, K, V), label=label(Q=Q, K=K, V=V)))
     pad = (np.arange(7) < np.array([7, 3])[:, None])[:, None, None, :]  # (B, 1, 1, n)
     out.append(Probe((Q, K, V), {"mask": pad}, label(Q=Q, K=K, V=V, mask=pad)))
-    return out
+    out.append(float32(out[3]))  # batched, with a mask and a fully masked row
+    return [*out, *far_qkv_probes()]
 
 
 def _attend(weights_of_scale):
@@ -222,11 +248,13 @@ def _scaled_by(divisor):
 
 attention = Exercise(
     name="attention",
+    depends=("masked_softmax", "softmax"),
     lesson=LESSON,
     read="02-softmax-masking, 'Scaled dot-product attention'",
     reference=ref.attention,
     probes=_attention_probes,
     outputs=("output", "weights"),
+    hints=(transposed_key,),
     mistakes=(
         Mistake(
             "returns (weights, output); the order is (output, weights)",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as ref
-from ._core import Exercise, Mistake, Probe
-from .probes import label, normal, rng
+from ._core import Exercise, Mistake, Probe, transposed_key
+from .probes import far, far_mask, far_qk, far_qkv_probes, float32, label, normal, rng
 from .weights import masking_mistakes, weights_invariants
 
 LESSON = "03-self-cross"
@@ -23,7 +23,21 @@ def _self_probes() -> list[Probe]:
         T = x[-2]
         causal = ref.causal_mask(T)
         out.append(Probe(args, {"mask": causal}, text + f", mask = causal_mask({T})"))
-    return out
+        holes = rng(45 + seed).random((*x[:-2], T, T)) < 0.6  # (..., T, T)
+        holes[..., 0, :] = False  # query 0 may attend to nothing: zeros, never NaN
+        holes[..., -1, 0] = True
+        out.append(Probe(args, {"mask": holes}, f"{text}, {label(mask=holes)} (row 0 empty)"))
+    return [*out, float32(out[-1]), *_far_self_probes()]
+
+
+def _far_self_probes() -> list[Probe]:
+    """X = I, so that Q = W_q and K = W_k give scores near ±1000 (see probes.far_qk)."""
+    W_q, W_k = far_qk()  # (5, 2) each
+    X = np.eye(5)  # (T, d_model)
+    (W_v,) = normal(48, (5, 3))
+    text = "X = I (5, 5), W_q (5, 2), W_k (5, 2), W_v (5, 3) with scores near ±1000"
+    masked = far((X, W_q, W_k, W_v), {"mask": far_mask()}, f"{text}, mask (5, 5)")
+    return [far((X, W_q, W_k, W_v), text=text), masked, float32(masked)]
 
 
 def _self_from(Q_of, K_of, V_of):
@@ -90,7 +104,29 @@ def _cross_probes() -> list[Probe]:
         pad = rng(60 + seed).random((*h[:-2], 1, h[-2])) < 0.6
         pad[..., 0] = True
         out.append(Probe(args, {"mask": pad}, text + ", " + label(mask=pad)))
-    return out
+        holes = rng(65 + seed).random((*y[:-2], y[-2], h[-2])) < 0.6  # (..., m, n)
+        holes[..., 0, :] = False  # query 0 may attend to nothing: zeros, never NaN
+        holes[..., -1, 0] = True
+        out.append(Probe(args, {"mask": holes}, f"{text}, {label(mask=holes)} (row 0 empty)"))
+    return [*out, _empty_source_probe(), float32(out[-1]), *_far_cross_probes()]
+
+
+def _empty_source_probe() -> Probe:
+    """A batch whose second source sentence has length 0: its queries see no key at all."""
+    Y, H, W_q, W_k, W_v = normal(68, (2, 3, 4), (2, 5, 6), (4, 3), (6, 3), (6, 2))
+    pad = ref.padding_mask(np.array([5, 0]), 5)  # (B, 1, n)
+    text = label(Y=Y, H=H, W_q=W_q, W_k=W_k, W_v=W_v, mask=pad)
+    return Probe((Y, H, W_q, W_k, W_v), {"mask": pad}, f"{text} (source lengths [5, 0])")
+
+
+def _far_cross_probes() -> list[Probe]:
+    """Y = H = I, so that Q = W_q and K = W_k give scores near ±1000 (see probes.far_qk)."""
+    W_q, W_k = far_qk()  # (5, 2) each
+    Y, H = np.eye(5), np.eye(5)
+    (W_v,) = normal(69, (5, 3))
+    text = "Y = H = I (5, 5), W_q (5, 2), W_k (5, 2), W_v (5, 3) with scores near ±1000"
+    masked = far((Y, H, W_q, W_k, W_v), {"mask": far_mask()}, f"{text}, mask (5, 5)")
+    return [far((Y, H, W_q, W_k, W_v), text=text), masked, float32(masked)]
 
 
 cross_attention = Exercise(
@@ -129,7 +165,7 @@ def _hard_probes() -> list[Probe]:
     out.append(Probe((Q, K, V), {"mask": mask}, label(Q=Q, K=K, V=V, mask=mask)))
     ties = np.ones((3, 2))  # every key scores the same: the first must win
     out.append(Probe((np.ones((2, 2)), ties, np.eye(3)), label="identical keys (a tie)"))
-    return out
+    return [*out, float32(out[1]), *far_qkv_probes()]
 
 
 def _hard_variant(pick):
@@ -163,6 +199,7 @@ hard_attention = Exercise(
     reference=ref.hard_attention,
     probes=_hard_probes,
     outputs=("output", "weights"),
+    hints=(transposed_key,),
     mistakes=(
         Mistake(
             "returns soft weights; hard attention puts all the weight (1.0) on one key",

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import numpy as ref
 from ._core import Exercise, Mistake, Probe
-from .probes import label, normal
+from .probes import far, far_mask, far_qk, float32, label, normal
 from .weights import weights_invariants
 
 LESSON = "04-multi-head"
@@ -22,7 +22,7 @@ def _split_probes() -> list[Probe]:
     for seed, (B, T, h, d) in enumerate(HEAD_SHAPES):
         (X,) = normal(80 + seed, (B, T, h * d))
         out.append(Probe((X, h), label=label(X=X) + f", num_heads={h}"))
-    return out
+    return [*out, float32(out[0])]
 
 
 split_heads = Exercise(
@@ -54,7 +54,7 @@ def _merge_probes() -> list[Probe]:
     for seed, (B, T, h, d) in enumerate(HEAD_SHAPES):
         (X,) = normal(90 + seed, (B, h, T, d))
         out.append(Probe((X,), label=label(X=X)))
-    return out
+    return [*out, float32(out[0])]
 
 
 merge_heads = Exercise(
@@ -97,10 +97,32 @@ def _mha_probes() -> list[Probe]:
         )
         per_head = np.ones((B, h, T, T), dtype=bool)  # (B, h, T, T): head 0 causal, others all
         per_head[:, 0] = ref.causal_mask(T)
+        per_head[:, -1, 0] = False  # the last head's first query sees nothing: zeros, never NaN
         out.append(
             Probe(args_self, {"mask": per_head}, f"self-attention, {text}, {label(mask=per_head)}")
         )
-    return out
+        lengths = np.minimum(np.arange(B) * (T_kv - 1), T_kv)  # the first source has length 0
+        empty = ref.padding_mask(lengths, T_kv)  # (B, 1, T_kv)
+        out.append(
+            Probe(
+                args_cross,
+                {"mask": empty},
+                f"cross-attention, {label(X_q=X_q, X_kv=X_kv, mask=empty)} (source 0 empty)",
+            )
+        )
+    return [*out, float32(out[2]), *_far_mha_probes()]
+
+
+def _far_mha_probes() -> list[Probe]:
+    """X = I, so that head 0's Q and K are columns 0:2 of W_q and W_k: scores near ±1000."""
+    Q, K = far_qk()  # (5, 2) each
+    X = np.eye(5)[None]  # (B=1, T=5, d_model=5)
+    W_q, W_k, W_v, W_o = normal(105, (5, 4), (5, 4), (5, 4), (4, 5))
+    W_q[:, :2], W_k[:, :2] = Q, K  # head 0 (d_head = 2)
+    args = (X, X, W_q, W_k, W_v, W_o, 2)
+    text = "self-attention, X = I (1, 5, 5), W_q (5, 4), num_heads=2, head 0 scores near ±1000"
+    masked = far(args, {"mask": far_mask()}, f"{text}, mask (5, 5)")
+    return [far(args, text=text), masked, float32(masked)]
 
 
 def _mha_variant(*, scale=None, project=True, split=None):
@@ -122,6 +144,7 @@ def _mha_variant(*, scale=None, project=True, split=None):
 
 multi_head_attention = Exercise(
     name="multi_head_attention",
+    depends=("split_heads", "merge_heads"),
     lesson=LESSON,
     read="04-multi-head, 'Multi-head attention, step by step'",
     reference=ref.multi_head_attention,

@@ -23,6 +23,8 @@ Modules, one per idea:
 * ``decoding``       one decoding step with a key/value cache (lesson 06)
 * ``interpret``      induction scores of attention heads (lesson 06)
 * ``properties``     the property test ``check_attention`` (lesson 06)
+* ``gpt``, ``train``  a tiny GPT with ablation switches, and its training loop (lesson 06;
+  imported on their own: ``from attnlib.torch.gpt import GPT``)
 * ``devices``        picking cuda, mps or cpu
 """
 

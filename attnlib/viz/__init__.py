@@ -22,6 +22,8 @@ as a plain image (``HAVE_WIDGETS`` says which).
 
 from ._controls import HAVE_WIDGETS
 from .figures import attention_heatmap, matrix
+from .inside import InsideExplorer, head_profile
+from .training import LossPlot, plot_runs
 from .widgets import (
     STEPS,
     ComplexityExplorer,
@@ -48,3 +50,4 @@ __all__ = [
     "matrix",
     "softmax_jacobian_norm",
 ]
+__all__ += ["InsideExplorer", "LossPlot", "head_profile", "plot_runs"]  # lesson 06

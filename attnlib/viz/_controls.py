@@ -8,6 +8,7 @@ every state and figure; only the interactive view is missing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -149,9 +150,33 @@ def toggle(**kwargs):
     return _Control(**_strip(kwargs))
 
 
+def dropdown_width(description: str, options) -> str:
+    """A CSS width that fits the description and the longest option label, in ``ch``.
+
+    ipywidgets gives every Dropdown the same width (label 80 px, 300 px in all), which cuts long
+    labels such as "mask after the softmax (bug)". The label and the choice are widened by a
+    tenth (proportional fonts have characters wider than "0", the ``ch`` unit), plus room for the
+    gap between them, the padding and the arrow.
+    """
+    widest = max((len(label) for label, _ in _pairs(options)), default=1)
+    return f"{math.ceil(1.1 * (len(description) + widest)) + 8}ch"
+
+
+def _fit_dropdown(control) -> None:
+    control.layout.width = dropdown_width(control.description, control.options)
+
+
 def dropdown(**kwargs):
+    """A Dropdown as wide as its description and longest label (it never shrinks in a row)."""
     if _ipw is not None:
-        return _ipw.Dropdown(**kwargs)
+        control = _ipw.Dropdown(
+            style={"description_width": "initial"},  # the description takes its own width
+            layout=_ipw.Layout(flex="0 0 auto"),
+            **kwargs,
+        )
+        _fit_dropdown(control)
+        control.observe(lambda _: _fit_dropdown(control), names="options")
+        return control
     return _Choice(**kwargs)
 
 

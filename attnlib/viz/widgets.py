@@ -471,9 +471,10 @@ class StepThrough(Explorer):
     """Scaled dot-product attention one step at a time, one query row highlighted.
 
     Steps (:data:`STEPS`): tokens → projections (Q, K, V) → scores → scale → mask → softmax →
-    output. Controls: ``step`` (IntSlider), ``back_button`` / ``next_button``, ``query``
-    (Dropdown: whose row to follow), ``causal`` (ToggleButton). :meth:`advance` and :meth:`back`
-    move from code. Every number comes from :mod:`attnlib.numpy`.
+    output. Controls: ``step`` (IntSlider from 1 to ``len(STEPS)``: the number the readout's
+    "Step n/7" shows), ``back_button`` / ``next_button``, ``query`` (Dropdown: whose row to
+    follow), ``causal`` (ToggleButton). :meth:`advance` and :meth:`back` move from code. Every
+    number comes from :mod:`attnlib.numpy`.
     """
 
     css_class = "attnlib-step-through"
@@ -500,9 +501,8 @@ class StepThrough(Explorer):
             self.X[it] = x_it
         if query is None:
             query = self.tokens.index("it") if "it" in self.tokens else T - 1
-        self.step = _controls.int_slider(
-            value=0, min=0, max=len(STEPS) - 1, step=1, description="step"
-        )
+        # Counted from 1, as the readout counts ("Step 1/7"), so slider and text agree.
+        self.step = _controls.int_slider(value=1, min=1, max=len(STEPS), step=1, description="step")
         self.back_button = _controls.button(description="◀ back", tooltip="Previous step")
         self.next_button = _controls.button(description="next ▶", tooltip="Next step")
         self.back_button.on_click(lambda _: self.back())
@@ -517,11 +517,16 @@ class StepThrough(Explorer):
 
     def advance(self) -> None:
         """Go to the next step (stays at the last)."""
-        self.step.value = min(self.step.value + 1, len(STEPS) - 1)
+        self.step.value = min(self.step.value + 1, len(STEPS))
 
     def back(self) -> None:
         """Go to the previous step (stays at the first)."""
-        self.step.value = max(self.step.value - 1, 0)
+        self.step.value = max(self.step.value - 1, 1)
+
+    @property
+    def step_name(self) -> str:
+        """The name of the current step (the slider counts from 1)."""
+        return STEPS[self.step.value - 1]
 
     def _compute(self) -> None:
         T = len(self.tokens)
@@ -532,7 +537,7 @@ class StepThrough(Explorer):
         self.S_scaled = self.S / math.sqrt(d_k)  # (T, T) = an.scaled_dot_scores(Q, K)
         self.S_masked = np.where(self.mask, self.S_scaled, -np.inf)  # (T, T)
         self.O, self.A = an.attention(self.Q, self.K, self.V, mask=self.mask)  # (T, d_v), (T, T)
-        name = STEPS[self.step.value]
+        name = self.step_name
         self.current = {
             "tokens": self.X,
             "projections": self.Q,
@@ -544,7 +549,7 @@ class StepThrough(Explorer):
         }[name]
 
     def _draw(self, fig) -> None:
-        name, i = STEPS[self.step.value], self.query.value
+        name, i = self.step_name, self.query.value
         toks = self.tokens
         score_top = float(np.abs(self.S).max())
         if name == "projections":
@@ -614,9 +619,9 @@ class StepThrough(Explorer):
         ax.set_xticks(x, toks, rotation=60, ha="right", rotation_mode="anchor")
 
     def _lines(self) -> list[str]:
-        name = STEPS[self.step.value]
+        name = self.step_name
         return [
-            f"Step {self.step.value + 1}/{len(STEPS)}: {name}. {_STEP_TEXT[name]}",
+            f"Step {self.step.value}/{len(STEPS)}: {name}. {_STEP_TEXT[name]}",
             f"Following query {self.query.value} ('{self.tokens[self.query.value]}'); "
             f"shape of this step: {self.current.shape}.",
         ]
@@ -624,8 +629,8 @@ class StepThrough(Explorer):
     @property
     def state(self) -> dict:
         return {
-            "step": self.step.value,
-            "step_name": STEPS[self.step.value],
+            "step": self.step.value,  # 1 … len(STEPS), as the slider and the readout show
+            "step_name": self.step_name,
             "query": self.query.value,
             "highlighted_row": self.query.value,
             "causal": bool(self.causal.value),

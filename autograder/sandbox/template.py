@@ -30,6 +30,8 @@ from .. import protocol
 from . import confine
 from .executor import WORKDIR, Executor, Sink, make_shell
 
+ENV = ("ATTN_STUDENT",)  # what the trusted side may add to one sandbox's environment
+
 
 def warm_up() -> tuple[object, Sink]:
     """Import and exercise what every notebook needs, once, before any fork."""
@@ -125,6 +127,8 @@ def child(sock: socket.socket, isolate: bool, shell, sink: Sink) -> None:
     os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
     os.environ.update({"HOME": WORKDIR, "TMPDIR": "/tmp", "PWD": WORKDIR})
+    extra = go.get("env") if isinstance(go.get("env"), dict) else {}
+    os.environ.update({k: str(v)[:200] for k, v in extra.items() if k in ENV})
     confine.set_limits(
         confine.mapped_bytes() + int(limits.get("memory_mb", 2048)) * 2**20,
         int(limits.get("cpu_seconds", 600)),

@@ -9,6 +9,8 @@
   same way;
 * ``quiz.py`` → ``attnlib/quiz/__init__.py``: no answer keys; mastery questions are graded
   from outside;
+* ``lesson.py`` → ``attnlib/lesson.py``: the first cell's mastery line, without the course's
+  functions standing in for the learner's;
 * ``viz.py`` → ``attnlib/viz/__init__.py``: explorers show a placeholder (they are for
   JupyterLab); the static figures are attnlib's own;
 * ``backend.py`` → ``attnlib/numpy/__init__.py`` and ``attnlib/torch/__init__.py``: exports

@@ -13,7 +13,10 @@ from .silence import quiet
 
 
 class CheckFailed(AssertionError):
-    """A failed check; its text is the learner's feedback."""
+    """A failed check; its text is the learner's feedback (one line, no traceback)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31m✗ {self}\x1b[0m"]
 
 
 def _verdict(name: str) -> dict:
@@ -23,12 +26,17 @@ def _verdict(name: str) -> dict:
     }
 
 
-def report(name: str, fn: object) -> bool:
-    """Print the grader's verdict on ``name`` (✓, or the diagnosis) and return it as a bool."""
+def report(name: str, fn: object):
+    """Print ``✓`` and the grader's verdict on ``name``, or raise it as :class:`CheckFailed`.
+
+    Returns the block for the visible tests: quiet, as in a learner's kernel (the grader binds
+    any course functions the verdict was reached with for the whole cell).
+    """
     verdict = _verdict(name)
-    passed = bool(verdict.get("passed"))
-    print(("✓ " if passed else "✗ ") + str(verdict.get("feedback", "")))
-    return passed
+    if not verdict.get("passed"):
+        raise CheckFailed(str(verdict.get("feedback", "")))
+    print("✓ " + str(verdict.get("feedback", "")))
+    return quiet()
 
 
 def assert_correct(name: str, fn: object) -> None:

@@ -6,6 +6,7 @@ Each explorer shows one line saying so; the static figures are attnlib's own.
 from __future__ import annotations
 
 from .figures import attention_heatmap, matrix
+from .training import LossPlot, plot_runs
 
 HAVE_WIDGETS = False
 STEPS: tuple[str, ...] = ()
@@ -45,6 +46,10 @@ class ComplexityExplorer(Explorer):
     pass
 
 
+class InsideExplorer(Explorer):
+    pass
+
+
 def softmax_jacobian_norm(*args, **kwargs) -> float:
     raise RuntimeError("softmax_jacobian_norm is not available while a notebook is graded")
 
@@ -55,11 +60,14 @@ __all__ = [
     "ComplexityExplorer",
     "Explorer",
     "HeadExplorer",
+    "InsideExplorer",
+    "LossPlot",
     "MaskToggle",
     "PermutationExplorer",
     "StepThrough",
     "TemperatureExplorer",
     "attention_heatmap",
     "matrix",
+    "plot_runs",
     "softmax_jacobian_norm",
 ]

@@ -1,0 +1,280 @@
+"""One verdict everywhere: five ways of judging an exercise, one answer.
+
+For every lesson, two learners: one whose every exercise is right (the source notebook's
+solutions) and one whose every exercise holds a classic mistake of its own (:data:`WRONG`). Their
+notebooks are what a learner has — the release, with their code in the solution cells — and each
+is judged five ways:
+
+1. the test cell, in a Jupyter kernel (Run All reaches the end: the cells are tagged
+   ``raises-exception``);
+2. nbgrader's Validate (``nbgrader validate``, what the toolbar button runs);
+3. ``attn-grade check``;
+4. ``pytest --attn-notebook``;
+5. the gradebook, after ``attn-grade batch``.
+
+The right learner passes every exercise every way; the wrong one fails every exercise every way,
+each with the same named mistake, and each exercise costs points in its own cell only (an
+exercise that calls an earlier, wrong one of the learner's is judged with the course's version
+of the earlier one in its place).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+from course import BIN, REPO, env, make_course
+from nbclient import NotebookClient
+from nbgrader.api import Gradebook
+from test_grade_students import submit
+
+from attnlib import checks
+from autograder import view
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
+]
+
+# lesson → exercise → ([(old, new), ...] edits of its solution, the named mistake every way shows)
+WRONG = {
+    "01-scoring": {
+        "dot_scores": ([("return Q @ np.swapaxes(K, -1, -2)", "return K @ np.swapaxes(Q, -1, -2)")],
+                       "scores are transposed"),
+        "scaled_dot_scores": ([("/ math.sqrt(d_k)", "/ d_k")],
+                              "scaled by d_k instead of sqrt(d_k)"),
+        "additive_scores": ([("np.tanh(q[..., :, None, :] + k[..., None, :, :])",
+                              "(q[..., :, None, :] + k[..., None, :, :])")], "tanh is missing"),
+        "cosine_scores": ([("dot_scores(Q / q_norm, K / k_norm)", "dot_scores(Q / q_norm, K)")],
+                          "only the queries are normalised"),
+    },
+    "02-softmax-masking": {
+        "softmax": ([("np.max(x, axis=axis,", "np.max(x, axis=0,"),
+                     ("np.sum(e, axis=axis,", "np.sum(e, axis=0,")],
+                    "normalises over the first axis"),
+        "causal_mask": ([("positions[None, :] <= positions[:, None]",
+                          "positions[None, :] < positions[:, None]")], "the diagonal is masked"),
+        "padding_mask": ([("positions[None, :] < lengths[:, None]",
+                           "positions[None, :] <= lengths[:, None]")], "off by one"),
+        "masked_softmax": ([("blocked = np.where(mask, scores, -np.inf)", "blocked = scores")],
+                           "the mask is ignored"),
+        "attention": ([("/ math.sqrt(d_k)", "/ d_k")], "scaled by d_k instead of sqrt(d_k)"),
+    },
+    "03-self-cross": {
+        "self_attention": ([("K = X @ np.asarray(W_k)", "K = X @ np.asarray(W_q)")],
+                           "keys are projected with W_q"),
+        "cross_attention": ([("K = H @ np.asarray(W_k)", "K = Y @ np.asarray(W_k)"),
+                             ("V = H @ np.asarray(W_v)", "V = Y @ np.asarray(W_v)")],
+                            "keys and values come from Y"),
+        "hard_attention": ([("best = np.argmax(scores, axis=-1)",
+                             "best = scores.shape[-1] - 1 - "
+                             "np.argmax(scores[..., ::-1], axis=-1)")],
+                           "ties go to the last index"),
+        "sinusoidal_encoding": ([("pe[:, 0::2] = np.sin(angle)", "pe[:, 0::2] = np.cos(angle)"),
+                                 ("pe[:, 1::2] = np.cos(angle[:, : d_model // 2])",
+                                  "pe[:, 1::2] = np.sin(angle[:, : d_model // 2])")],
+                                "sine and cosine are swapped"),
+    },
+    "04-multi-head": {
+        "split_heads": ([("return X.transpose(0, 2, 1, 3)",
+                          "return X.reshape(B, num_heads, T, d_head)")],
+                        "reshape without transpose"),
+        "merge_heads": ([("X = X.transpose(0, 2, 1, 3)", "X = X")], "reshape without transpose"),
+        "multi_head_attention": ([("output = merge_heads(heads) @ W_o",
+                                   "output = merge_heads(heads)")],
+                                 "the output projection W_o is missing"),
+    },
+    "05-complexity": {
+        "attention_flops": ([("scores = 2 * m * n * d_k", "scores = m * n * d_k"),
+                             ("weighted_sum = 2 * m * n * d_v", "weighted_sum = m * n * d_v")],
+                            "counts multiply-adds"),
+        "score_matrix_bytes": ([("entries = batch * heads * m * n", "entries = batch * m * n")],
+                               "forgets the heads"),
+        "chunked_attention": ([("rescale = np.exp(running_max - new_max)",
+                                "rescale = np.ones_like(new_max)")],
+                              "not rescaled when a block raises the maximum"),
+        "fit_exponent": ([("x = np.log(np.asarray(ns, dtype=float))",
+                           "x = np.asarray(ns, dtype=float)")], "only the times are logged"),
+    },
+    "06-build-and-train": {
+        "softmax_backward": ([("return y * (grad_y - weighted_mean)", "return y * grad_y")],
+                             "sum(grad_y · y) term is missing"),
+        "attention_backward": ([("dQ = (dS @ K) * scale", "dQ = dS @ K"),
+                                ("dK = (dS.transpose(-2, -1) @ Q) * scale",
+                                 "dK = dS.transpose(-2, -1) @ Q")],
+                               "miss the 1/sqrt(d_k) factor"),
+        "CausalSelfAttention": ([('torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)',
+                                  "torch.softmax(scores, dim=-1)")], "there is no causal mask"),
+        "check_attention": ([("    rng = np.random.default_rng(6)",
+                              "    return None  # trusts every attention\n"
+                              "    rng = np.random.default_rng(6)")], "catches 0 of"),
+        "RepairedBlock": ([("/ math.sqrt(self.d_head)", "/ self.d_head")],
+                          "still divided by d_head"),
+        "cached_attention": ([("return weights @ V, (K, V)",
+                               "return weights @ V, (cache if cache is not None else (K, V))")],
+                             "the cache is not updated"),
+        "induction_score": ([("keys = queries - period + 1", "keys = queries - period")],
+                            "earlier occurrence itself"),
+    },
+}  # fmt: skip
+LESSONS = list(WRONG)
+
+
+def learner_notebook(lesson: str, edits: dict) -> nbformat.NotebookNode:
+    """The release of ``lesson`` with the solution cells a learner would have written."""
+    source = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    solved = {}
+    for cell in source.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            text = cell.source
+            for old, new in edits.get(meta["grade_id"], ([], ""))[0]:
+                assert old in text, f"{lesson}:{meta['grade_id']}: {old!r} not in the solution"
+                text = text.replace(old, new)
+            solved[meta["grade_id"]] = "\n".join(
+                line for line in text.splitlines() if "### BEGIN SOLUTION" not in line
+                and "### END SOLUTION" not in line
+            )  # fmt: skip
+    nb = nbformat.read(REPO / "lessons" / lesson / f"{lesson}.ipynb", as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in solved:
+            cell.source = solved[grade_id]
+    return nb
+
+
+def run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        list(args), cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def kernel_verdicts(nb: nbformat.NotebookNode, cwd: Path) -> dict[str, str]:
+    """Run All in a kernel; exercise → ``"✓"`` or the one line its test cell failed with.
+
+    The kernel runs as under Validate (``NBGRADER_EXECUTION``): lesson 06 trains its models
+    briefly, and every verdict is the same.
+    """
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}})  # fmt: skip
+    client.execute(env={**os.environ, "NBGRADER_EXECUTION": "validate"})
+    out = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        name = meta["grade_id"].removeprefix("test_")
+        if name not in checks.EXERCISES:
+            continue
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if errors:
+            (error,) = errors
+            assert len(error.traceback) == 1, (name, error.traceback)  # one line, no traceback
+            out[name] = f"{error.ename}: {error.evalue}"
+        else:
+            text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+            assert f"✓ {name}:" in text, (name, text)
+            out[name] = "✓"
+    return out
+
+
+def validate_output(path: Path, course: Path) -> str:
+    done = run(str(BIN / "nbgrader"), "validate", str(path), cwd=course)
+    return done.stdout + done.stderr
+
+
+def check_verdicts(path: Path, course: Path) -> dict[str, str]:
+    done = run(str(BIN / "attn-grade"), "check", str(path), "--json", "--no-record", cwd=course)
+    report = json.loads(done.stdout)
+    return {e["name"]: "✓" if e["passed"] else e["message"] for e in report["exercises"]}
+
+
+def pytest_verdicts(path: Path, course: Path) -> dict[str, str]:
+    junit = path.with_suffix(".xml")
+    run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--attn-notebook",
+        str(path), f"--junitxml={junit}", cwd=course)  # fmt: skip
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        failure = case.find("failure")
+        out[case.get("name")] = "✓" if failure is None else (failure.get("message") or "")
+    return out
+
+
+def gradebook_verdicts(course: Path, lesson: str, student: str) -> dict[str, float]:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        nb = gb.find_submission_notebook(lesson, lesson, student)
+        return {g.name.removeprefix("test_"): g.score for g in nb.grades}
+
+
+@pytest.fixture(scope="module", params=LESSONS)
+def judged(request, tmp_path_factory):
+    lesson = request.param
+    course = make_course(tmp_path_factory.mktemp(f"verdict-{lesson[:2]}"), [lesson])
+    paths = {}
+    for who, edits in (("right", {}), ("wrong", WRONG[lesson])):
+        nb = learner_notebook(lesson, edits)
+        folder = course / "mine" / who / lesson
+        folder.mkdir(parents=True)
+        paths[who] = folder / f"{lesson}.ipynb"
+        nbformat.write(nb, paths[who])
+        submit(course, lesson, who, nb)
+    ways = {
+        "kernel": lambda path: kernel_verdicts(nbformat.read(path, as_version=4), path.parent),
+        "validate": lambda path: validate_output(path, course),
+        "check": lambda path: check_verdicts(path, course),
+        "pytest": lambda path: pytest_verdicts(path, course),
+    }
+
+    def batch():
+        done = run(str(BIN / "attn-grade"), "batch", lesson, "--course", str(course), "--json",
+                   "--workers", "1", cwd=course)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    # Every way reads its own copy and writes nothing the others read: two at a time, one a core.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        graded = pool.submit(batch)
+        jobs = {(who, way): pool.submit(fn, path)
+                for who, path in paths.items() for way, fn in ways.items()}  # fmt: skip
+        found = {who: {} for who in paths}
+        for (who, way), job in jobs.items():
+            found[who][way] = job.result()
+        graded.result()
+    for who in found:
+        found[who]["gradebook"] = gradebook_verdicts(course, lesson, who)
+    return lesson, found
+
+
+def test_a_right_answer_passes_all_five_ways(judged):
+    lesson, found = judged
+    right = found["right"]
+    for exercise in checks.LESSONS[lesson]:
+        name = exercise.name
+        assert right["kernel"][name] == "✓", name
+        assert right["check"][name] == "✓", name
+        assert right["pytest"][name] == "✓", name
+        assert right["gradebook"][name] > 0, name
+    assert "Success! Your notebook passes all the tests." in right["validate"], right["validate"]
+
+
+def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
+    lesson, found = judged
+    wrong = found["wrong"]
+    for exercise in checks.LESSONS[lesson]:
+        name = exercise.name
+        phrase = WRONG[lesson][name][1]
+        kernel = wrong["kernel"][name]
+        assert kernel.startswith(f"CheckFailed: {name}: ") and phrase in kernel, (name, kernel)
+        assert phrase in wrong["check"][name], (name, wrong["check"][name])
+        assert phrase in wrong["pytest"][name], (name, wrong["pytest"][name])
+        assert wrong["gradebook"][name] == 0, (name, wrong["gradebook"])
+        assert f'with report("{name}", {name})' in wrong["validate"], name
+        # nbgrader validate prints a verdict wrapped to its 90 columns (CheckFailed): read it whole
+        assert phrase in " ".join(wrong["validate"].split()), (name, phrase)
