@@ -91,3 +91,19 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     if dtype.is_floating_point and torch.finfo(dtype).bits < 32:
         return torch.float32
     return dtype
+
+
+def copyable_mha(mha: object, needs: str) -> None:
+    """Raise ValueError unless ``mha`` is an ``nn.MultiheadAttention`` whose parameters a
+    self-attention module can take over (``needs`` names that module in the message)."""
+    from torch import nn
+
+    if not isinstance(mha, nn.MultiheadAttention):
+        raise ValueError(f"from_torch takes an nn.MultiheadAttention, got {type(mha)!r}")
+    if not mha._qkv_same_embed_dim:
+        raise ValueError(
+            f"mha has kdim={mha.kdim}, vdim={mha.vdim} different from "
+            f"embed_dim={mha.embed_dim}; {needs} needs kdim = vdim = embed_dim"
+        )
+    if mha.bias_k is not None or mha.add_zero_attn:
+        raise ValueError("mha uses add_bias_kv or add_zero_attn, which are not supported")

@@ -151,15 +151,7 @@ class CausalSelfAttention(nn.Module):
         Returns:
           a :class:`CausalSelfAttention` with copies (not views) of the parameters.
         """
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise ValueError(f"from_torch takes an nn.MultiheadAttention, got {type(mha)!r}")
-        if not mha._qkv_same_embed_dim:
-            raise ValueError(
-                f"mha has kdim={mha.kdim}, vdim={mha.vdim} different from "
-                f"embed_dim={mha.embed_dim}; self-attention needs kdim = vdim = embed_dim"
-            )
-        if mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError("mha uses add_bias_kv or add_zero_attn, which are not supported")
+        _validate.copyable_mha(mha, "self-attention")
         weight = mha.in_proj_weight  # (3d, d)
         has_bias = mha.in_proj_bias is not None
         new = cls(

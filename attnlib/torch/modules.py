@@ -12,6 +12,7 @@ from torch import nn
 
 from attnlib._shapes import check_heads, check_positive_int
 
+from . import _validate
 from .heads import multi_head_attention
 
 
@@ -114,15 +115,7 @@ class MultiHeadAttention(nn.Module):
         Returns:
           a :class:`MultiHeadAttention` with copies (not views) of the parameters.
         """
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise ValueError(f"from_torch takes an nn.MultiheadAttention, got {type(mha)!r}")
-        if not mha._qkv_same_embed_dim:
-            raise ValueError(
-                f"mha has kdim={mha.kdim}, vdim={mha.vdim} different from "
-                f"embed_dim={mha.embed_dim}; MultiHeadAttention needs kdim = vdim = embed_dim"
-            )
-        if mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError("mha uses add_bias_kv or add_zero_attn, which are not supported")
+        _validate.copyable_mha(mha, "MultiHeadAttention")
         d = mha.embed_dim
         w = mha.in_proj_weight  # (3d, d)
         bias = mha.in_proj_bias is not None
