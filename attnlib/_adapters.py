@@ -90,3 +90,57 @@ def drive(fn: object, adapter: str, *args: object) -> object:
     if remote is not None:
         return remote(adapter, *args)
     return ADAPTERS[adapter](fn, *args)
+
+
+# --- functions on NumPy arrays, called with tensors -------------------------------------------
+
+
+def _tensor_among(args: tuple) -> object | None:
+    """The first torch tensor among ``args``, or None (torch is never imported for this)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return next((a for a in args if isinstance(a, torch.Tensor)), None)
+
+
+def like_arguments(args: tuple, result: object) -> object:
+    """``result`` in the kind of arrays ``args`` came in.
+
+    When ``args`` hold a torch tensor, every NumPy array in ``result`` (alone, or in a tuple or
+    list) becomes a tensor on that tensor's device, floating-point ones in its dtype; otherwise
+    ``result`` is returned as it is. A NumPy function called from PyTorch code (a stand-in, or
+    a candidate handed to a learner's property test) answers in the caller's terms.
+    """
+    like = _tensor_among(args)
+    if like is None:
+        return result
+    import torch
+
+    def convert(value: object) -> object:
+        if isinstance(value, tuple | list):
+            return type(value)(convert(v) for v in value)
+        if not isinstance(value, np.ndarray | np.generic):
+            return value
+        tensor = torch.as_tensor(np.array(value))  # a copy: the caller may write to it
+        dtype = like.dtype if tensor.is_floating_point() and like.is_floating_point() else None
+        return tensor.to(like.device, dtype)
+
+    return convert(result)
+
+
+def on_numpy(fn: Callable) -> Callable:
+    """``fn`` (a function of NumPy arrays) taking torch tensors as well: they are read as
+    arrays of their dtype (bfloat16 as float32), as the grader's protocol reads them, and the
+    result comes back as tensors (:func:`like_arguments`)."""
+
+    def wrapped(*args):
+        if _tensor_among(args) is None:
+            return fn(*args)
+        plain = tuple(_plain(a) if hasattr(a, "detach") else a for a in args)
+        return like_arguments(args, fn(*plain))
+
+    wrapped.__name__ = wrapped.__qualname__ = getattr(fn, "__name__", "attention")
+    wrapped.__doc__ = fn.__doc__
+    return wrapped

@@ -458,3 +458,49 @@ def test_only_the_demonstrations_edition_holds_a_lessons_own_implementations():
     assert view.has_demos(lesson)
     for other in ("01-scoring", "05-complexity"):
         assert not view.has_demos(other) and view.edition(other, demos=True) == view.edition(other)
+
+
+# -- a property test written on tensors: its candidates answer in tensors, both sides ---------
+
+TENSOR_WRAPPER = '''
+import torch
+
+
+def check_attention(attention_fn):
+    """The NumPy property test, run on tensors: every input a tensor, every result too."""
+
+    def on_tensors(*args):
+        out, w = attention_fn(*(torch.as_tensor(a) for a in args))
+        assert isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor), "not tensors"
+        return out.detach().numpy(), w.detach().numpy()  # tensor methods: fail on arrays
+
+    numpy_check(on_tensors)
+'''
+
+
+def _solution_source(lesson: str, grade_id: str) -> str:
+    import nbformat
+
+    nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return "\n".join(line for line in cell.source.splitlines() if "### " not in line)
+
+
+def test_a_property_test_on_tensors_gets_the_same_verdict_in_the_kernel_and_the_grader(template):
+    from attnlib import checks
+    from autograder.scoring import Proxy, Sandboxed
+
+    numpy_test = _solution_source("06-build-and-train", "check_attention")
+    cells = ["import math\nimport numpy as np\n" + numpy_test.replace(
+        "def check_attention(", "def numpy_check("), TENSOR_WRAPPER]  # fmt: skip
+    kernel: dict = {}
+    for source in cells:
+        exec(source, kernel)
+    in_kernel = checks.check("check_attention", kernel["check_attention"])
+    runner, proxy = _proxy(template, cells, "check_attention")
+    try:
+        in_grader = checks.judge("check_attention", proxy, Proxy.peak, Sandboxed(runner))
+    finally:
+        runner.close()
+    assert in_kernel.passed, in_kernel.message
+    assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)

@@ -643,6 +643,14 @@ def test_check_attention_names_the_broken_property(name: str) -> None:
         at.check_attention(bug)
 
 
+def test_check_attention_on_tensors_earns_the_lessons_mark() -> None:
+    """The lesson's check hands the candidates tensors back when the test passes tensors."""
+    from attnlib import checks
+
+    outcome = checks.check("check_attention", at.check_attention)
+    assert outcome.passed, outcome.message
+
+
 def test_check_attention_leaves_torch_random_state_alone() -> None:
     torch.manual_seed(15)
     state = torch.get_rng_state()

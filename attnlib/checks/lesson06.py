@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from .. import numpy as ref
-from .._adapters import drive
+from .._adapters import drive, on_numpy
 from ._core import Exercise, Mistake, Peak, Probe, plain
 from .candidates import BUGS, CORRECT
 from .probes import float32, label, normal, rng
@@ -523,7 +523,9 @@ MUST_CATCH = len(BUGS) - 3  # "most" of the planted bugs
 
 
 def _guarded(fn):
-    """A candidate for the learner's test, refusing inputs too large for the grader."""
+    """A candidate for the learner's test, refusing inputs too large for the grader; it takes
+    NumPy arrays or torch tensors and answers in the same kind."""
+    fn = on_numpy(fn)
 
     def attention(Q, K, V, mask=None):
         batch = np.broadcast_shapes(np.shape(Q)[:-2], np.shape(K)[:-2])

@@ -287,7 +287,9 @@ class Remote:
     """Stand-ins for functions that stay on the trusted side, for one ``call``.
 
     Calling one sends a callback (:mod:`autograder.protocol`) and waits for its answer; the
-    answer's arrays are plain NumPy arrays, an error is raised as an exception of that name.
+    answer's arrays are plain NumPy arrays, or tensors when the call was handed tensors (as the
+    course's functions answer in a learner's kernel); an error is raised as an exception of
+    that name.
     """
 
     def __init__(self, sock):
@@ -315,7 +317,15 @@ class Remote:
             raise type(name if name.isidentifier() else "Error", (Exception,), {})(
                 str(reply.get("evalue", ""))
             )
-        return protocol.decode(reply.get("result"), got)
+        return _like_arguments((*args, *kwargs.values()), protocol.decode(reply.get("result"), got))
+
+
+def _like_arguments(args: tuple, result: object) -> object:
+    try:
+        from attnlib._adapters import like_arguments
+    except ImportError:
+        return result
+    return like_arguments(args, result)
 
 
 def _quiet():
