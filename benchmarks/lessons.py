@@ -1,12 +1,14 @@
 """How long each lesson's source notebook takes to run top to bottom, and with full marks.
 
     .venv/bin/python -m benchmarks.lessons [--lessons 06-build-and-train ...] [--out DIR]
+                                           [--executed DIR]
 
 Runs every ``solutions/<lesson>/*.ipynb`` in a fresh Jupyter kernel (nbclient), as a learner's
 *Run All* does (``NBGRADER_EXECUTION`` unset: the full training runs of lesson 06 included),
 and records the wall clock and whether any cell failed. The budgets (docs/writing-lessons.md):
 60 s for lessons 01–05, 5 minutes for lesson 06. Results go to ``DIR/lessons.md`` and
-``DIR/lessons.json`` (default ``benchmarks/results/``).
+``DIR/lessons.json`` (default ``benchmarks/results/``); with ``--executed DIR`` the executed
+notebooks are kept there too, to read the numbers a full run prints.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ BUDGET = {"06-build-and-train": 300.0}  # seconds; every other lesson: DEFAULT_B
 DEFAULT_BUDGET = 60.0
 
 
-def run_lesson(path: Path) -> dict:
+def run_lesson(path: Path, executed: Path | None = None) -> dict:
     nb = nbformat.read(path, as_version=4)
     env_before = os.environ.pop("NBGRADER_EXECUTION", None)
     started = time.perf_counter()
@@ -39,6 +41,9 @@ def run_lesson(path: Path) -> dict:
         if env_before is not None:
             os.environ["NBGRADER_EXECUTION"] = env_before
     seconds = time.perf_counter() - started
+    if executed is not None:
+        executed.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, executed / path.name)
     failed = [
         f"cell {i}: {o.ename}"
         for i, cell in enumerate(nb.cells)
@@ -52,13 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lessons", nargs="*", default=None)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--executed", type=Path, default=None,
+                        help="keep the executed notebooks in this directory")  # fmt: skip
     args = parser.parse_args(argv)
     lessons = args.lessons or sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
     rows = {}
     for lesson in lessons:
         for path in sorted((REPO / "solutions" / lesson).glob("*.ipynb")):
             print(f"running {path.relative_to(REPO)} ...", file=sys.stderr, flush=True)
-            rows[str(path.relative_to(REPO))] = {"lesson": lesson, **run_lesson(path)}
+            rows[str(path.relative_to(REPO))] = {
+                "lesson": lesson,
+                **run_lesson(path, args.executed),
+            }
     result = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "python": platform.python_version(), "load_before": os.getloadavg()[0]},
