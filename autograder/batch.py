@@ -270,9 +270,10 @@ def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool) -> None:
     """Sanitize the student's notebooks as nbgrader will, and send them to the pool."""
     files = {}
     with contextlib.suppress(Exception):
-        files = submission.files_beside(item.folder)
+        ignore = list(app.coursedir.ignore)  # the files nbgrader will copy, and only those
+        files = submission.files_beside(item.folder, ignore=ignore)
         source = Path(app.coursedir.format_path(app.coursedir.source_directory, ".", lesson))
-        files.update(submission.files_beside(source))
+        files.update(submission.files_beside(source, ignore=ignore))
     for path in sorted(item.folder.glob("*.ipynb")):
         try:
             nb = _sanitized(app, lesson, item.name, path)

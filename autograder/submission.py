@@ -101,14 +101,27 @@ def read(path: Path, limit: int = MAX_BYTES) -> bytes:
     return data
 
 
-def files_beside(folder: Path, limit: int = MAX_BYTES) -> dict[str, bytes]:
-    """The regular files in ``folder`` other than notebooks (what the notebook may open)."""
+def files_beside(
+    folder: Path, limit: int = MAX_BYTES, ignore: list[str] | None = None
+) -> dict[str, bytes]:
+    """The regular files in ``folder`` other than notebooks (what the notebook may open).
+
+    With ``ignore`` (nbgrader's ``CourseDirectory.ignore`` globs), only the files nbgrader's
+    autograde copies from ``folder``: one matching a glob, or inside a folder that does, is left
+    out (``nbgrader.utils.is_ignored``, as its ``find_all_files`` applies it).
+    """
+    from nbgrader.utils import is_ignored
+
+    globs = None if ignore is None else [*ignore, "*.ipynb"]
     files, total = {}, 0
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".ipynb_checkpoints")]
+        dirnames[:] = [d for d in dirnames if not d.startswith(".ipynb_checkpoints")
+                       and not is_ignored(os.path.join(dirpath, d), globs)]  # fmt: skip
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            if name.endswith(".ipynb") or not stat.S_ISREG(os.lstat(path).st_mode):
+            if name.endswith(".ipynb") or is_ignored(path, globs):
+                continue
+            if not stat.S_ISREG(os.lstat(path).st_mode):
                 continue
             data = read(Path(path), limit - total)
             total += len(data)

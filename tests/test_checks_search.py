@@ -52,3 +52,37 @@ def test_the_search_is_the_same_every_run():
     second = checks.check("dot_scores", off_when_d_is_one)
     assert not first.passed and first == second
     assert ", 1)" in first.message  # the shrunk example has d_k = 1
+
+
+def _problems_met(name: str) -> list[str]:
+    """Every problem the search of exercise ``name`` hands a right answer, in order."""
+    from attnlib.checks._core import search as run_search
+
+    exercise, met = checks.EXERCISES[name], []
+
+    def recording(*args, **kwargs):
+        met.append(repr((args, kwargs)))
+        return exercise.reference(*args, **kwargs)
+
+    assert run_search(exercise, recording).passed
+    return met
+
+
+def test_the_search_meets_the_same_problems_whatever_local_code_is_loaded(tmp_path, monkeypatch):
+    """hypothesis mixes integers written in "local" modules (anything outside site-packages:
+    the course's editable install, a learner's own helper file) into what it draws. The
+    learner's kernel and the grader load different ones, so the problems, and the smallest
+    failing example a verdict names, would differ between them: the search leaves them out,
+    and writes no cache of them into the learner's folder."""
+    monkeypatch.chdir(tmp_path)
+    before = _problems_met("attention")
+    helper = tmp_path / "my_helpers_4f1c.py"
+    helper.write_text("SIZES = [" + ", ".join(str(3 + 7 * i) for i in range(400)) + "]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("my_helpers_4f1c")
+    try:
+        after = _problems_met("attention")
+    finally:
+        monkeypatch.delitem(__import__("sys").modules, "my_helpers_4f1c")
+    assert len(before) > 10 and after == before
+    assert not (tmp_path / ".hypothesis").exists()

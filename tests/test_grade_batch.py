@@ -33,7 +33,14 @@ def attn_grade(course, *args, timeout=600):
 def courses(tmp_path_factory):
     ours = make_course(tmp_path_factory.mktemp("attn-grade-course"), LESSONS)
     for lesson in LESSONS:
-        submit_all(ours, lesson)
+        names = submit_all(ours, lesson)
+        # files nbgrader leaves behind (CourseDirectory.ignore), where a run of the notebook or
+        # of Python puts them: the batch must send its workers exactly what nbgrader copies
+        for folder in (ours / "solutions" / lesson, ours / "submitted" / names[0] / lesson):
+            (folder / ".hypothesis" / "constants").mkdir(parents=True, exist_ok=True)
+            (folder / ".hypothesis" / "constants" / "0123abcd").write_text("[1, 2]\n")
+            (folder / "__pycache__").mkdir(exist_ok=True)
+            (folder / "__pycache__" / "helpers.cpython-311.pyc").write_bytes(b"\0" * 16)
     theirs = tmp_path_factory.mktemp("nbgrader-course")
     shutil.copytree(ours, theirs, dirs_exist_ok=True)
     runs = {}
@@ -41,7 +48,8 @@ def courses(tmp_path_factory):
         done = nbgrader(theirs, "autograde", lesson)
         assert done.returncode == 0, done.stderr[-3000:]
         runs[lesson] = attn_grade(ours, "batch", lesson, "--course", str(ours), "--json",
-                                  "--csv", str(ours / f"{lesson}.csv"))  # fmt: skip
+                                  "--csv", str(ours / f"{lesson}.csv"),
+                                  "--log-level", "WARN")  # fmt: skip
         assert runs[lesson].returncode == 0, runs[lesson].stderr[-3000:]
     return ours, theirs, runs
 
@@ -54,6 +62,15 @@ def grades(course, lesson) -> dict[tuple[str, str], float]:
                 for grade in nb.grades:
                     out[(submission.student.id, grade.name)] = grade.score
     return out
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_workers_grade_every_notebook_and_the_main_process_none(courses, lesson):
+    """The workers were sent each notebook with exactly the files nbgrader copies beside it
+    (ignored ones left out), so nbgrader's loop finds every result ready: nothing is graded
+    twice."""
+    _, _, runs = courses
+    assert "No prepared result" not in runs[lesson].stderr, runs[lesson].stderr[-3000:]
 
 
 @pytest.mark.parametrize("lesson", LESSONS)

@@ -30,6 +30,7 @@ import inspect
 import os
 import sys
 import textwrap
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -622,6 +623,40 @@ def _outcome(exercise: Exercise, failure: Failure) -> Outcome:
 
 
 SEARCH_EXAMPLES = 40
+_SEARCHING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _no_local_constants() -> Iterator[None]:
+    """hypothesis, for the duration of one search, without the integers it collects from "local"
+    modules (anything outside site-packages: the course's editable install, a learner's helper
+    file, the grader's own code) and mixes into what it draws. Those differ between a learner's
+    kernel and the grader, so the problems a search meets — and the smallest failing example a
+    verdict names — would too; and collecting them writes a cache into the working directory.
+    hypothesis has no setting for this (its issue #4627), so its collector is replaced while the
+    search runs; if its internals change, the search simply runs as hypothesis has it."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:  # pragma: no cover — another hypothesis
+        yield
+        return
+    collect = getattr(providers, "_get_local_constants", None)
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if collect is None or not hasattr(cache, "clear"):  # pragma: no cover
+        yield
+        return
+    none = Constants()
+    with _SEARCHING:
+        providers._get_local_constants = lambda: none
+        cache.clear()  # draws decided with some other set of constants
+        try:
+            yield
+        finally:
+            providers._get_local_constants = collect
+            cache.clear()
+
+
 RICHER = 4  # failing problems (the first found, before shrinking) tried to tell mistakes apart
 
 
@@ -657,7 +692,7 @@ def search(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
         failing.append(probe)
         return True
 
-    with calm():
+    with calm(), _no_local_constants():
         try:
             probe = find(strategy(), fails, settings=config)
         except NoSuchExample:
