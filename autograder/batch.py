@@ -225,7 +225,7 @@ def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult
         return None
 
     try:
-        with nbgrader_plugin.supply(lookup=lookup):
+        with nbgrader_plugin.supply(lookup=lookup), one_engine():
             while True:
                 while len(ahead) < window:
                     item = next(waiting, None)
@@ -250,6 +250,36 @@ def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult
         bar.close()
         pool.close()
     return sorted(results, key=lambda r: r.student)
+
+
+@contextlib.contextmanager
+def one_engine():
+    """nbgrader's gradebook, opened once per database for the whole batch.
+
+    nbgrader opens its ``Gradebook`` about a dozen times per submission, and each opening makes
+    a new SQLAlchemy engine, whose cache of compiled statements dies with it: the batch spent
+    more time compiling SQL than running it. Here every opening of the same URL gets the same
+    engine (closing a gradebook still returns its connections; the engine only keeps its
+    statement cache). nbgrader's own code, queries and transactions are unchanged.
+    """
+    from nbgrader import api
+
+    engines: dict[str, object] = {}
+    make = api.create_engine
+
+    def create_engine(url, *args, **kwargs):
+        key = repr((str(url), args, sorted(kwargs.items())))
+        if key not in engines:
+            engines[key] = make(url, *args, **kwargs)
+        return engines[key]
+
+    api.create_engine = create_engine
+    try:
+        yield
+    finally:
+        api.create_engine = make
+        for engine in engines.values():
+            engine.dispose()
 
 
 def _submissions(coursedir: CourseDirectory, lesson: str) -> list[tuple[str, Path]]:

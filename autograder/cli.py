@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("lesson")
     batch.add_argument("--course", type=Path, default=Path("."), help="nbgrader course folder")
     batch.add_argument(
-        "--workers", type=int, default=(os.cpu_count() or 1) + 1, help="workers (cores + 1)"
+        "--workers", type=int, default=os.cpu_count() or 1, help="workers (one per core)"
     )
     batch.add_argument(
         "--timeout",

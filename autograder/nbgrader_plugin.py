@@ -15,6 +15,10 @@ and :data:`AUTOGRADE`: nbgrader's lists with two changes.
   (:mod:`autograder.engine`), so ``SaveAutoGrades`` — nbgrader's own — scores what the grader
   decided and nothing the notebook displayed.
 
+And :class:`CheckCellMetadata` is nbgrader's check of the cells' metadata against the same
+schema, with the schema's validator built once: nbgrader's builds it and checks the schema itself
+again for every cell of every notebook, three times per submission in a batch.
+
 So plain ``nbgrader autograde`` and ``attn-grade batch`` grade with the same engine and give the
 same scores; ``attn-grade batch`` only adds parallel workers (:func:`supply` hands their results
 to :class:`TrustedExecute`).
@@ -23,6 +27,7 @@ to :class:`TrustedExecute`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import html
 import json
@@ -30,11 +35,13 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import jsonschema
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.nbgraderformat import MetadataValidator
+from nbgrader.nbgraderformat.common import BaseMetadataValidator
 from nbgrader.preprocessors import (
     AssignLatePenalties,
-    CheckCellMetadata,
     ClearOutput,
     DeduplicateIds,
     IgnorePattern,
@@ -44,12 +51,53 @@ from nbgrader.preprocessors import (
     OverwriteKernelspec,
     SaveAutoGrades,
 )
+from nbgrader.preprocessors import CheckCellMetadata as NbgraderCheckCellMetadata
 from traitlets import Float, Integer, Unicode
 
 from . import history, submission
 from .limits import Limits
 from .protocol import scrub
 from .template import shared_pair
+
+
+class _SchemaOnce(BaseMetadataValidator):
+    """The base of nbgrader's metadata validator, with its schema's validator built once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        cls = jsonschema.validators.validator_for(self.schema)
+        cls.check_schema(self.schema)
+        self._check = cls(self.schema)
+
+    def validate_cell(self, cell) -> None:
+        if "nbgrader" not in cell.metadata:
+            return
+        if cell.metadata["nbgrader"].get("schema_version", 0) != self.schema_version:
+            super().validate_cell(cell)  # nbgrader's own errors, worded its way
+        meta = cell.metadata["nbgrader"]
+        error = jsonschema.exceptions.best_match(self._check.iter_errors(meta))
+        if error is not None:  # what jsonschema.validate raises
+            raise error
+
+
+class _Validator(MetadataValidator, _SchemaOnce):
+    """nbgrader's validator (grade ids, points, cell types) on :class:`_SchemaOnce`."""
+
+
+@functools.cache
+def _validator() -> _Validator:
+    return _Validator()
+
+
+class CheckCellMetadata(NbgraderCheckCellMetadata):
+    """nbgrader's ``CheckCellMetadata``, with the schema's validator built once (module doc)."""
+
+    def preprocess(self, nb, resources):
+        try:
+            _validator().validate_nb(nb)
+        except jsonschema.ValidationError:
+            return super().preprocess(nb, resources)  # nbgrader logs and raises, as always
+        return nb, resources
 
 
 class CheckSubmission(NbGraderPreprocessor):

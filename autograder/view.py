@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import os
 import shutil
 import site
@@ -69,6 +68,13 @@ CLIENTS = {  # edition file → where it stands in the view
 # the edition
 
 
+def _defined(path: Path) -> set[str]:
+    """The functions and classes a module file defines at its top level (read, not imported:
+    the grader never loads PyTorch to lay out a view)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+
+
 def lesson_index(lesson: str) -> int:
     """Where ``lesson`` stands in the course (a lesson without checks comes after all)."""
     order = list(checks.LESSONS)
@@ -89,12 +95,8 @@ def module_lessons(backend: str) -> dict[str, int | None]:
     own: dict[str, int] = {}
     deps: dict[str, set[str]] = {}
     for name in names:
-        module = importlib.import_module(f"attnlib.{backend}.{name}")
-        defined = [
-            checks.EXERCISES[e].lesson
-            for e in checks.EXERCISES
-            if getattr(getattr(module, e, None), "__module__", None) == module.__name__
-        ]
+        tops = _defined(package / f"{name}.py")
+        defined = [checks.EXERCISES[e].lesson for e in checks.EXERCISES if e in tops]
         if defined:
             own[name] = max(lesson_index(lesson) for lesson in defined)
         deps[name] = _sibling_imports(package / f"{name}.py", set(names))

@@ -1,5 +1,7 @@
 """The property-based search behind every check: valid problems, real bugs, smallest example."""
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -54,18 +56,30 @@ def test_the_search_is_the_same_every_run():
     assert ", 1)" in first.message  # the shrunk example has d_k = 1
 
 
-def _problems_met(name: str) -> list[str]:
-    """Every problem the search of exercise ``name`` hands a right answer, in order."""
-    from attnlib.checks._core import search as run_search
+def _drawn_afresh(name: str) -> list[str]:
+    """Every problem hypothesis draws for exercise ``name`` when none fails, drawn now."""
+    from attnlib.checks._core import _find
 
-    exercise, met = checks.EXERCISES[name], []
+    met = []
 
-    def recording(*args, **kwargs):
-        met.append(repr((args, kwargs)))
-        return exercise.reference(*args, **kwargs)
+    def record(probe) -> bool:
+        with np.printoptions(threshold=sys.maxsize):
+            met.append(repr(probe))
+        return False
 
-    assert run_search(exercise, recording).passed
+    assert _find(name, record) is None
     return met
+
+
+@pytest.mark.parametrize("name", sorted(search.STRATEGIES))
+def test_a_right_answer_meets_exactly_the_problems_hypothesis_draws(name):
+    """The search runs a right answer on problems drawn once per process (``drawn``) instead
+    of through hypothesis each time: they must be hypothesis' own, in its order."""
+    from attnlib.checks._core import drawn
+
+    with np.printoptions(threshold=sys.maxsize):
+        cached = [repr(probe) for probe in drawn(name)]
+    assert cached == _drawn_afresh(name) and len(cached) > 1
 
 
 def test_the_search_meets_the_same_problems_whatever_local_code_is_loaded(tmp_path, monkeypatch):
@@ -75,14 +89,14 @@ def test_the_search_meets_the_same_problems_whatever_local_code_is_loaded(tmp_pa
     failing example a verdict names, would differ between them: the search leaves them out,
     and writes no cache of them into the learner's folder."""
     monkeypatch.chdir(tmp_path)
-    before = _problems_met("attention")
+    before = _drawn_afresh("attention")
     helper = tmp_path / "my_helpers_4f1c.py"
     helper.write_text("SIZES = [" + ", ".join(str(3 + 7 * i) for i in range(400)) + "]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     __import__("my_helpers_4f1c")
     try:
-        after = _problems_met("attention")
+        after = _drawn_afresh("attention")
     finally:
-        monkeypatch.delitem(__import__("sys").modules, "my_helpers_4f1c")
+        monkeypatch.delitem(sys.modules, "my_helpers_4f1c")
     assert len(before) > 10 and after == before
     assert not (tmp_path / ".hypothesis").exists()
