@@ -147,15 +147,27 @@ class _Todo:
     jobs: dict = field(default_factory=dict)  # notebook → (fingerprint, future)
 
 
-def run_batch(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult]:
-    """Grade every ``submitted/*/LESSON`` of ``course``; see the module doc."""
+def run_batch(
+    course: Path, lesson: str, options: BatchOptions, pool: Pool | None = None
+) -> list[StudentResult]:
+    """Grade every ``submitted/*/LESSON`` of ``course``; see the module doc. ``pool`` is a local
+    pool already warming for this lesson (:func:`start_pool`); the batch closes it."""
     course = Path(course).resolve()
     here = os.getcwd()
     os.chdir(course)
     try:
-        return _run(course, lesson, options)
+        return _run(course, lesson, options, pool)
     finally:
+        if pool is not None:
+            pool.close()
         os.chdir(here)
+
+
+def start_pool(lesson: str, options: BatchOptions) -> Pool | DaskPool:
+    """The batch's workers, started now: their templates warm while nbgrader loads."""
+    if options.dask:
+        return DaskPool(options.dask, lesson, options.isolation)
+    return Pool(max(1, options.workers), lesson, options.isolation)
 
 
 def _app(lesson: str, log_level: str) -> AutogradeApp:
@@ -179,7 +191,9 @@ def _limits_for_nbgrader(app: AutogradeApp, limits: Limits, isolation: str) -> N
     config.max_output, config.isolation = limits.max_output, isolation
 
 
-def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult]:
+def _run(
+    course: Path, lesson: str, options: BatchOptions, pool: Pool | None
+) -> list[StudentResult]:
     from tqdm import tqdm
 
     app = _app(lesson, options.log_level)
@@ -205,10 +219,7 @@ def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult
     if not todo:
         return sorted(results, key=lambda r: r.student)
 
-    if options.dask:
-        pool = DaskPool(options.dask, lesson, options.isolation, options.limits)
-    else:
-        pool = Pool(max(1, options.workers), lesson, options.isolation, options.limits)
+    pool = pool or start_pool(lesson, options)
     workers = pool.workers if options.dask else max(1, options.workers)
     bar = tqdm(total=len(todo), desc=f"grading {lesson}", unit="student",
                disable=not options.progress, leave=False)  # fmt: skip
@@ -232,7 +243,7 @@ def _run(course: Path, lesson: str, options: BatchOptions) -> list[StudentResult
                     if item is None:
                         break
                     item.started = time.monotonic()
-                    _prefetch(app, lesson, item, pool)
+                    _prefetch(app, lesson, item, pool, options.limits)
                     ahead.append(item)
                 if not ahead:
                     break
@@ -296,7 +307,7 @@ def _submissions(coursedir: CourseDirectory, lesson: str) -> list[tuple[str, Pat
     return found
 
 
-def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool) -> None:
+def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool, limits: Limits) -> None:
     """Sanitize the student's notebooks as nbgrader will, and send them to the pool."""
     files = {}
     with contextlib.suppress(Exception):
@@ -312,7 +323,7 @@ def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool) -> None:
         plain = json.loads(nbformat.writes(nb))
         item.jobs[path.stem] = (
             nbgrader_plugin.fingerprint(plain, files),
-            pool.submit(json.dumps(plain), files, item.name),
+            pool.submit(limits, json.dumps(plain), files, item.name),
         )
 
 

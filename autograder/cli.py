@@ -13,6 +13,7 @@ See docs/grading.md.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -153,18 +154,10 @@ def _batch(args) -> int:
                 file=sys.stderr,
             )
             return 2
-    timeout = args.timeout if args.timeout is not None else course_timeout(course)
-    limits = Limits(
-        timeout=timeout,
-        budget=max(args.budget, timeout),
-        memory_mb=args.memory,
-        cpu_seconds=max(120, int(args.budget)),
-    )
-    from .batch import BatchOptions, run_batch, summary_table, write_csv
+    from .batch import BatchOptions, run_batch, start_pool, summary_table, write_csv
 
     options = BatchOptions(
         workers=max(1, args.workers),
-        limits=limits,
         isolation=isolation,
         force=args.force,
         progress=not args.no_progress and not args.json,
@@ -172,7 +165,21 @@ def _batch(args) -> int:
         log_level=args.log_level,
         dask=args.dask,
     )
-    results = run_batch(course, args.lesson, options)
+    # the workers warm their templates while nbgrader and the course's configuration load
+    pool = start_pool(args.lesson, options) if _has_submissions(course, args.lesson) else None
+    try:
+        timeout = args.timeout if args.timeout is not None else course_timeout(course)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
+    options.limits = Limits(
+        timeout=timeout,
+        budget=max(args.budget, timeout),
+        memory_mb=args.memory,
+        cpu_seconds=max(120, int(args.budget)),
+    )
+    results = run_batch(course, args.lesson, options, pool)
     if args.csv:
         write_csv(results, args.csv)
     if args.json:
@@ -223,6 +230,11 @@ def _user() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return f"uid {os.geteuid()}"
+
+
+def _has_submissions(course: Path, lesson: str) -> bool:
+    """Whether ``course/submitted/*/LESSON`` has anything (nbgrader's default layout)."""
+    return any((course / "submitted").glob(f"*/{glob.escape(lesson)}"))
 
 
 def course_timeout(course: Path) -> float:

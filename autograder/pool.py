@@ -28,12 +28,12 @@ _WORKER: dict = {}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _init(lesson: str, isolation: str, limits: Limits) -> None:
+def _init(lesson: str, isolation: str) -> None:
     from .sandbox.confine import PR_SET_PDEATHSIG, prctl
     from .template import shared_pair
 
     prctl(PR_SET_PDEATHSIG, 9)
-    _WORKER.update(lesson=lesson, isolation=isolation, limits=limits)
+    _WORKER.update(lesson=lesson, isolation=isolation)
     try:
         shared_pair(lesson, isolation)  # warm them now, while the batch reads the course
     except Exception as error:  # noqa: BLE001 — reported with the first submission instead
@@ -58,19 +58,21 @@ def grade(
     return engine.grade(nb, template, limits, files, student, demos).as_dict()
 
 
-def _grade(nb_json: str, files: dict[str, bytes], student: str) -> dict:
+def _grade(limits: Limits, nb_json: str, files: dict[str, bytes], student: str) -> dict:
     worker = _WORKER
-    return grade(worker["lesson"], worker["isolation"], worker["limits"], nb_json, files, student)
+    return grade(worker["lesson"], worker["isolation"], limits, nb_json, files, student)
 
 
 class Pool:
     """``workers`` local grading processes for one lesson (see the module doc).
 
     Each worker grades one submission at a time, so its BLAS and OpenMP libraries get one thread
-    (unless the environment already says otherwise): the workers share the cores.
+    (unless the environment already says otherwise): the workers share the cores. The workers
+    start warming their templates at once; the limits come with each submission, so a batch can
+    start its pool before it has read the course's configuration.
     """
 
-    def __init__(self, workers: int, lesson: str, isolation: str, limits: Limits):
+    def __init__(self, workers: int, lesson: str, isolation: str):
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, "1")
         ctx = mp.get_context("spawn")
@@ -78,22 +80,24 @@ class Pool:
             max_workers=workers,
             mp_context=ctx,
             initializer=_init,
-            initargs=(lesson, isolation, limits),
+            initargs=(lesson, isolation),
         )
         for _ in range(workers):
             self.executor.submit(_ping)
 
-    def submit(self, nb_json: str, files: dict[str, bytes], student: str = "") -> cf.Future:
-        return self.executor.submit(_grade, nb_json, files, student)
+    def submit(
+        self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""
+    ) -> cf.Future:
+        return self.executor.submit(_grade, limits, nb_json, files, student)
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.executor.shutdown(wait=True, cancel_futures=True)  # a second call does nothing
 
 
 class DaskPool:
     """The workers of a Dask cluster (see the module doc); ``address`` or ``local:N``."""
 
-    def __init__(self, address: str, lesson: str, isolation: str, limits: Limits):
+    def __init__(self, address: str, lesson: str, isolation: str):
         from distributed import Client, LocalCluster
 
         self.cluster = None
@@ -105,17 +109,20 @@ class DaskPool:
             )  # fmt: skip
             address = self.cluster.scheduler_address
         self.client = Client(address, set_as_default=False)
-        self.task = (lesson, isolation, limits)
+        self.task = (lesson, isolation)
 
     @property
     def workers(self) -> int:
         return max(1, sum(self.client.nthreads().values()))
 
-    def submit(self, nb_json: str, files: dict[str, bytes], student: str = ""):
-        return self.client.submit(grade, *self.task, nb_json, files, student, pure=False,
+    def submit(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
+        return self.client.submit(grade, *self.task, limits, nb_json, files, student, pure=False,
                                   retries=1)  # fmt: skip
 
     def close(self) -> None:
+        if self.client is None:
+            return
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+        self.client = self.cluster = None

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.grading [--students 30] [--lesson 02-softmax-masking]
                                            [--workers N] [--spawns 20] [--out DIR] [--keep DIR]
+                                           [--scaling 1 2 4]
 
 Builds a scratch nbgrader course from this repository (``nbgrader generate_assignment``) and
 submits ``--students`` notebooks made from the lesson's source notebook — honest ones and classic
@@ -13,7 +14,9 @@ the course, as an instructor would run them (wall clock of the whole command, a 
 * ``nbgrader autograde`` with the course's ``nbgrader_config.py`` (the trusted engine, sandboxed,
   one notebook at a time);
 * ``attn-grade batch`` (the same engine, ``--workers`` at a time), isolated, and again with
-  ``--no-isolation``: the difference per student is what isolation costs in a batch.
+  ``--no-isolation``: the difference per student is what isolation costs in a batch;
+* ``attn-grade batch --dask local:N`` for every N of ``--scaling`` (default 1, 2, 4): the same
+  engine on a Dask ``LocalCluster`` of N single-threaded workers, to see how it scales.
 
 It checks that every way gives every student the same score, and measures the sandbox alone:
 ``--spawns`` times, a fresh sandbox is started, runs one cell and is torn down, with namespaces
@@ -107,14 +110,19 @@ def spawn_seconds(lesson: str, isolation: str, spawns: int) -> list[float]:
     return out[1:]
 
 
-def grade_all_ways(base: Path, lesson: str, students: int, workers: int) -> dict:
-    """Build the course, grade a copy of it every way; the times and the scores."""
+def grade_all_ways(
+    base: Path, lesson: str, students: int, workers: int, scaling: list[int] = ()
+) -> dict:
+    """Build the course, grade a copy of it every way; the times and the scores. ``scaling``:
+    Dask ``LocalCluster`` sizes to grade it on as well (``attn-grade batch --dask local:N``)."""
     ways = {
         "nbgrader, stock pipeline": None,
         "nbgrader, course pipeline": None,
         "attn-grade batch": ["--workers", str(workers)],
         "attn-grade batch --no-isolation": ["--workers", str(workers), "--no-isolation"],
     }
+    for n in scaling:
+        ways[f"attn-grade batch --dask local:{n}"] = ["--dask", f"local:{n}"]
     first = base / "course"
     first.mkdir()
     names = make_course(first, lesson, students)
@@ -153,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spawns", type=int, default=20)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--keep", type=Path, help="build the courses here and keep them")
+    parser.add_argument("--scaling", type=int, nargs="*", default=[1, 2, 4],
+                        help="Dask LocalCluster sizes to grade on too (none: skip)")  # fmt: skip
     args = parser.parse_args(argv)
 
     from autograder import view
@@ -166,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         spawn = {
             mode: spawn_seconds(args.lesson, mode, args.spawns) for mode in ("namespaces", "none")
         }
-        graded = grade_all_ways(base, args.lesson, args.students, args.workers)
+        graded = grade_all_ways(base, args.lesson, args.students, args.workers, args.scaling)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
@@ -216,7 +226,10 @@ def report_markdown(r: dict, argv: list[str]) -> str:
     ]
     stock = r["seconds"]["nbgrader, stock pipeline"]
     for way, seconds in r["seconds"].items():
-        label = way if not way.startswith("attn-grade") else f"{way} (--workers {r['workers']})"
+        dask = "--dask" in way
+        label = (
+            way if not way.startswith("attn-grade") or dask else f"{way} (--workers {r['workers']})"
+        )
         lines.append(
             f"| {label} | {seconds:.1f} s | {seconds / n:.2f} s | {stock / seconds:.1f}× |"
         )
