@@ -100,3 +100,25 @@ def test_the_search_meets_the_same_problems_whatever_local_code_is_loaded(tmp_pa
         monkeypatch.delitem(sys.modules, "my_helpers_4f1c")
     assert len(before) > 10 and after == before
     assert not (tmp_path / ".hypothesis").exists()
+
+
+def test_a_function_that_runs_a_check_itself_is_judged_and_nothing_hangs():
+    """A learner's function may call the checks (a test of their own inside it): a search, and
+    its shrinking, inside another one's must not wait for it."""
+    import threading
+
+    def up_to_8(T):  # passes the fixed probes; the search finds T = 9
+        return np.tril(np.ones((8, 8), dtype=bool))[:T, :T]
+
+    def checking(T):
+        checks.check("causal_mask", up_to_8)
+        return up_to_8(T)
+
+    found = []
+    worker = threading.Thread(
+        target=lambda: found.append(checks.check("causal_mask", checking)), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=120)
+    assert found, "the check did not finish"
+    assert not found[0].passed and "T=9" in found[0].message

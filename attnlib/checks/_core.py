@@ -624,7 +624,7 @@ def _outcome(exercise: Exercise, failure: Failure) -> Outcome:
 
 
 SEARCH_EXAMPLES = 40
-_SEARCHING = threading.Lock()
+_SEARCHING = threading.RLock()  # a search inside a search (a function that checks) nests
 
 
 @contextlib.contextmanager
