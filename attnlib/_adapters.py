@@ -10,6 +10,7 @@ back; the verdict is reached outside). It judges nothing.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -97,8 +98,6 @@ def drive(fn: object, adapter: str, *args: object) -> object:
 
 def _tensor_among(args: tuple) -> object | None:
     """The first torch tensor among ``args``, or None (torch is never imported for this)."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None:
         return None

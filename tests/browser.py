@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
+INSTALL_SECONDS = 600  # apt-get update + install chromium, once per machine
 # Headless, no sandbox (root in a container), no GPU, and nothing that talks to the network.
 LAUNCH_ARGS = [
     "--headless=new",
@@ -55,7 +56,7 @@ def _works(path: Path) -> bool:
     return done.returncode == 0 and "Chromium" in done.stdout
 
 
-def ensure_chromium(timeout: float = 600) -> tuple[Path | None, str]:
+def ensure_chromium(timeout: float = INSTALL_SECONDS) -> tuple[Path | None, str]:
     """Return ``(path, "")`` of a working Chromium, installing Debian's package if needed.
 
     Returns ``(None, reason)`` when it is missing and cannot be installed: not root, no apt-get,

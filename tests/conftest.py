@@ -27,3 +27,14 @@ def _private_temp_dir(tmp_path_factory):
     mp.undo()
     left = sorted(name for name in os.listdir(tmp) if name.startswith("attn-grade"))
     assert not left, f"left behind in the temp dir: {left}"
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's Chromium for the browser tests, installed once if missing; skip without it."""
+    from browser import ensure_chromium
+
+    path, why = ensure_chromium()
+    if path is None:
+        pytest.skip(f"no Chromium for the browser test: {why}")
+    return path

@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from browser import LAUNCH_ARGS, ensure_chromium
+from browser import INSTALL_SECONDS, LAUNCH_ARGS
 from servers import free_port, make_env, make_lab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +59,6 @@ LESSONS = (
     "05-complexity",
 )
 ASSIGNMENT = "02-softmax-masking"  # released to the exchange, for the Assignment List
-INSTALL_SECONDS = 600  # apt-get update + install chromium, once per machine
 STARTUP_SECONDS = 90  # `make lab` answering, Chromium started
 RUN_ALL_SECONDS = 120  # one lesson's Run All, on 2 busy cores
 TEST_SECONDS = 150  # one test, once the server and the browser are up
@@ -165,14 +164,6 @@ def _expected_explorers(cells: list[dict]) -> list[tuple[int, str, str]]:
 
 
 # -- fixtures --------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def chromium():
-    path, why = ensure_chromium(timeout=INSTALL_SECONDS)
-    if path is None:
-        pytest.skip(f"no Chromium for the browser test: {why}")
-    return path
-
-
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     """A scratch copy of the course with lesson 02 released to a private exchange."""

@@ -26,12 +26,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import LAUNCH_ARGS, ensure_chromium
+from browser import INSTALL_SECONDS, LAUNCH_ARGS
 from servers import free_port, make_env, make_lab
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts" / "browser"
-INSTALL_SECONDS = 600
 STARTUP_SECONDS = 60
 BODY_SECONDS = 180
 MS = 1000
@@ -61,14 +60,6 @@ EXPLORER_CELL = """
 maps = model.attention_maps(repeated_tokens(4, 8, 4, 32, seed=1))  # (layers, B, h, T, T)
 InsideExplorer(maps, period=8)
 """
-
-
-@pytest.fixture(scope="session")
-def chromium():
-    path, why = ensure_chromium(timeout=INSTALL_SECONDS)
-    if path is None:
-        pytest.skip(f"no Chromium for the browser test: {why}")
-    return path
 
 
 @pytest.fixture

@@ -295,13 +295,10 @@ def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class
 
 
 @slow
-def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class):
-    from browser import LAUNCH_ARGS, ensure_chromium
+def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class, chromium):
+    from browser import LAUNCH_ARGS
     from playwright.sync_api import expect, sync_playwright
 
-    chromium, why = ensure_chromium()
-    if chromium is None:
-        pytest.skip(f"no Chromium for the browser test: {why}")
     scores, most, totals = gradebook(graded_class["db"])
     page_file = graded_class["out"] / "report.html"
     with sync_playwright() as pw:

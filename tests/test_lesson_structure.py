@@ -15,7 +15,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from attnlib import checks, quiz
+from attnlib import checks, mastery, quiz
 
 REPO = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
@@ -41,8 +41,14 @@ PARAMS = [lesson_param(lesson) for lesson in LESSONS]
 
 
 @pytest.mark.parametrize("lesson", PARAMS)
-def test_lesson_is_one_of_the_five(lesson):
+def test_lesson_has_checks(lesson):
     assert lesson in checks.LESSONS
+
+
+def test_the_checks_and_the_mastery_records_know_the_lessons_in_course_order():
+    """Three places name the lessons: the folders, the checks and the mastery records (which
+    stay light enough for a lesson's first cell); a new lesson must be added to each."""
+    assert list(checks.LESSONS) == LESSONS == list(mastery.LESSONS)
 
 
 @pytest.mark.parametrize("lesson", PARAMS)
