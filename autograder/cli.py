@@ -95,7 +95,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def skip_iri_grammars() -> None:
+    """Leave jsonschema's optional "iri" format checker unloaded in this process.
+
+    Importing nbformat imports jsonschema, which imports ``rfc3987_syntax`` if it is installed
+    (it is: Jupyter's ``jsonschema[format-nongpl]``); that module compiles about 35 Earley
+    grammars at import — a second of CPU in every process that reads a notebook (jsonschema
+    issue #1428). No schema that nbformat, nbgrader or this course validates asks for the
+    "iri" formats, and nothing here checks formats at all, so ``attn-grade`` tells Python the
+    module is absent: jsonschema then does what it does when the package is not installed.
+    A process that has already imported jsonschema is left as it is.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)
+
+
 def main(argv: list[str] | None = None) -> int:
+    skip_iri_grammars()
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)

@@ -307,14 +307,19 @@ def copied_from_attnlib(sources: list[str], exercise: str) -> str | None:
 def _last_definition(sources: list[str], name: str) -> ast.FunctionDef | None:
     found = None
     for source in sources:
-        try:
-            tree = ast.parse(strip_magics(source))
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name == name:
-                found = node
+        found = _top_level_functions(source).get(name, found)
     return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _top_level_functions(source: str) -> dict[str, ast.FunctionDef]:
+    """The last top-level ``def`` of each name in a cell (parsed once per cell source: every
+    exercise of a notebook looks through the same cells). Read-only: the nodes are shared."""
+    try:
+        tree = ast.parse(strip_magics(source))
+    except SyntaxError:
+        return {}
+    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
 @functools.cache

@@ -78,3 +78,31 @@ def test_a_blank_release_fails_and_a_corrupted_file_is_a_clear_error(tmp_path):
     broken.write_text("{ not a notebook")
     done = check(broken)
     assert done.returncode == 2 and "is not a readable notebook" in done.stderr
+
+
+def test_attn_grade_skips_the_iri_grammars_and_notebooks_are_still_validated(tmp_path):
+    """The CLI leaves jsonschema's slow "iri" checker unloaded (autograder.cli.skip_iri_grammars)
+    and a notebook that breaks nbformat's schema is still refused, as nbformat refuses it."""
+    broken = nbformat.v4.new_notebook()
+    broken.cells.append(nbformat.v4.new_code_cell("x = 1"))
+    broken.cells[0]["outputs"] = [{"output_type": "no such output"}]
+    path = tmp_path / "broken.ipynb"
+    path.write_text(json.dumps(broken), encoding="utf-8")
+    probe = f"""
+import sys
+from autograder.cli import skip_iri_grammars
+skip_iri_grammars()
+import jsonschema, nbformat
+try:
+    nbformat.validate(nbformat.read({str(path)!r}, as_version=4))
+    print("valid")
+except nbformat.ValidationError:
+    print("refused")
+print("loaded" if sys.modules.get("rfc3987_syntax") else "absent")
+"""
+    for skip, grammars in ((True, "absent"), (False, "loaded")):
+        code = probe if skip else probe.replace("skip_iri_grammars()", "")
+        done = subprocess.run([str(BIN / "python"), "-c", code], env=env(), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["refused", grammars], done.stdout
