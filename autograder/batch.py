@@ -42,7 +42,7 @@ from nbgrader.coursedir import CourseDirectory
 
 from . import nbgrader_plugin, submission
 from .limits import Limits
-from .pool import DaskPool, Pool
+from .pool import Pool, start
 
 JOURNAL_DIR = ".attn-grade"
 
@@ -151,7 +151,7 @@ def run_batch(
     course: Path, lesson: str, options: BatchOptions, pool: Pool | None = None
 ) -> list[StudentResult]:
     """Grade every ``submitted/*/LESSON`` of ``course``; see the module doc. ``pool`` is a local
-    pool already warming for this lesson (:func:`start_pool`); the batch closes it."""
+    pool already warming for this lesson (:func:`autograder.pool.start`); the batch closes it."""
     course = Path(course).resolve()
     here = os.getcwd()
     os.chdir(course)
@@ -161,13 +161,6 @@ def run_batch(
         if pool is not None:
             pool.close()
         os.chdir(here)
-
-
-def start_pool(lesson: str, options: BatchOptions) -> Pool | DaskPool:
-    """The batch's workers, started now: their templates warm while nbgrader loads."""
-    if options.dask:
-        return DaskPool(options.dask, lesson, options.isolation)
-    return Pool(max(1, options.workers), lesson, options.isolation)
 
 
 def _app(lesson: str, log_level: str) -> AutogradeApp:
@@ -219,7 +212,7 @@ def _run(
     if not todo:
         return sorted(results, key=lambda r: r.student)
 
-    pool = pool or start_pool(lesson, options)
+    pool = pool or start(lesson, options.workers, options.isolation, options.dask)
     workers = pool.workers if options.dask else max(1, options.workers)
     bar = tqdm(total=len(todo), desc=f"grading {lesson}", unit="student",
                disable=not options.progress, leave=False)  # fmt: skip

@@ -170,8 +170,20 @@ def _batch(args) -> int:
                 file=sys.stderr,
             )
             return 2
-    from .batch import BatchOptions, run_batch, start_pool, summary_table, write_csv
+    from .pool import start
 
+    # the workers warm their templates while nbgrader and the course's configuration load
+    pool = None
+    if _has_submissions(course, args.lesson):
+        pool = start(args.lesson, max(1, args.workers), isolation, args.dask)
+    try:
+        from .batch import BatchOptions, run_batch, summary_table, write_csv
+
+        timeout = args.timeout if args.timeout is not None else course_timeout(course)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
     options = BatchOptions(
         workers=max(1, args.workers),
         isolation=isolation,
@@ -181,14 +193,6 @@ def _batch(args) -> int:
         log_level=args.log_level,
         dask=args.dask,
     )
-    # the workers warm their templates while nbgrader and the course's configuration load
-    pool = start_pool(args.lesson, options) if _has_submissions(course, args.lesson) else None
-    try:
-        timeout = args.timeout if args.timeout is not None else course_timeout(course)
-    except BaseException:
-        if pool is not None:
-            pool.close()
-        raise
     options.limits = Limits(
         timeout=timeout,
         budget=max(args.budget, timeout),

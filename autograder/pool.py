@@ -94,6 +94,14 @@ class Pool:
         self.executor.shutdown(wait=True, cancel_futures=True)  # a second call does nothing
 
 
+def start(lesson: str, workers: int, isolation: str, dask: str | None = None) -> Pool | DaskPool:
+    """A batch's workers for ``lesson``, started now (a Dask cluster's when ``dask`` names one,
+    else ``workers`` local processes): their templates warm while the batch loads nbgrader."""
+    if dask:
+        return DaskPool(dask, lesson, isolation)
+    return Pool(max(1, workers), lesson, isolation)
+
+
 class DaskPool:
     """The workers of a Dask cluster (see the module doc); ``address`` or ``local:N``."""
 
