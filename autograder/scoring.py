@@ -305,21 +305,27 @@ def copied_from_attnlib(sources: list[str], exercise: str) -> str | None:
 
 
 def _last_definition(sources: list[str], name: str) -> ast.FunctionDef | None:
-    found = None
+    return _definitions(tuple(sources)).get(name)
+
+
+@functools.lru_cache(maxsize=2)
+def _definitions(sources: tuple[str, ...]) -> dict[str, ast.FunctionDef]:
+    """The last top-level ``def`` of each name across a notebook's code cells.
+
+    Parsed once per notebook, not once per exercise (every check of a notebook looks through the
+    same cells). Only the two latest notebooks' definitions are kept, so a worker never holds the
+    parses of more, however many it grades. Read-only: the nodes are shared.
+    """
+    found: dict[str, ast.FunctionDef] = {}
     for source in sources:
-        found = _top_level_functions(source).get(name, found)
+        try:
+            tree = ast.parse(strip_magics(source))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                found[node.name] = node
     return found
-
-
-@functools.lru_cache(maxsize=1024)
-def _top_level_functions(source: str) -> dict[str, ast.FunctionDef]:
-    """The last top-level ``def`` of each name in a cell (parsed once per cell source: every
-    exercise of a notebook looks through the same cells). Read-only: the nodes are shared."""
-    try:
-        tree = ast.parse(strip_magics(source))
-    except SyntaxError:
-        return {}
-    return {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
 @functools.cache
