@@ -173,9 +173,12 @@ def _batch(args) -> int:
     from .pool import start
 
     # the workers warm their templates while nbgrader and the course's configuration load
-    pool = None
-    if _has_submissions(course, args.lesson):
-        pool = start(args.lesson, max(1, args.workers), isolation, args.dask)
+    workers = max(1, args.workers)
+    pool = (
+        start(args.lesson, workers, isolation, args.dask)
+        if _has_submissions(course, args.lesson)
+        else None
+    )
     try:
         from .batch import BatchOptions, run_batch, summary_table, write_csv
 
@@ -185,7 +188,7 @@ def _batch(args) -> int:
             pool.close()
         raise
     options = BatchOptions(
-        workers=max(1, args.workers),
+        workers=workers,
         isolation=isolation,
         force=args.force,
         progress=not args.no_progress and not args.json,

@@ -294,7 +294,7 @@ def _answer(runner: Runner, call: Call, student: str) -> Verdict:
 
 def copied_from_attnlib(sources: list[str], exercise: str) -> str | None:
     """Which attnlib function the learner's ``def exercise`` copies, if it is one of them."""
-    learner = _last_definition(sources, exercise)
+    learner = _definitions(tuple(sources)).get(exercise)
     if learner is None:
         return None
     shape = _shape(learner)
@@ -302,10 +302,6 @@ def copied_from_attnlib(sources: list[str], exercise: str) -> str | None:
         if shape == reference:
             return where
     return None
-
-
-def _last_definition(sources: list[str], name: str) -> ast.FunctionDef | None:
-    return _definitions(tuple(sources)).get(name)
 
 
 @functools.lru_cache(maxsize=2)
