@@ -243,6 +243,7 @@ def _run(
                 item = ahead[0]
                 result = _grade_student(app, course, lesson, item, options)
                 ahead.popleft()
+                item.jobs.clear()  # its graded notebooks: memory by the window, not the class
                 journal.mark({
                     "student": result.student, "status": result.status, "stamp": item.stamp,
                     "score": result.score, "max_score": result.max_score,
