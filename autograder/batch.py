@@ -160,6 +160,7 @@ def run_batch(
     finally:
         if pool is not None:
             pool.close()
+        AutogradeApp.clear_instance()  # the batch's nbgrader app (see _app) ends with it
         os.chdir(here)
 
 

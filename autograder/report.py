@@ -164,11 +164,11 @@ def inside(course: Path):
 
 def course_directory():
     """The course's nbgrader ``CourseDirectory``, configured as nbgrader's own apps load it
-    (run inside the course directory)."""
+    (run inside the course directory). The app is the report's own, not the process's nbgrader
+    singleton, which another app may hold."""
     from nbgrader.apps.exportapp import ExportApp
 
-    ExportApp.clear_instance()
-    app = ExportApp.instance()
+    app = ExportApp()
     app.initialize(["--log-level=ERROR"])
     return app.coursedir
 

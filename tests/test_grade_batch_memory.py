@@ -1,6 +1,7 @@
 """``attn-grade batch`` holds the results of its look-ahead window only, not of every student it
 has graded: a class of thousands must not cost the batch's process (or a Dask cluster, which keeps
-a result for as long as its future lives) memory in proportion to the class."""
+a result for as long as its future lives) memory in proportion to the class. Run in this process,
+it leaves no nbgrader application behind (a report or another batch in the same process follows)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 
 import pytest
 from course import BIN, make_course
+from nbgrader.apps.autogradeapp import AutogradeApp
 from test_grade_students import STUDENTS, student_notebook, submit
 
 from autograder import batch
@@ -55,6 +57,7 @@ def test_the_batch_keeps_no_result_of_a_student_it_has_finished(tmp_path, monkey
     results = batch.run_batch(course, LESSON, options)
 
     assert [r.status for r in results] == ["graded"] * students
+    assert not AutogradeApp.initialized(), "the batch left its nbgrader app behind"
     window = 2 * WORKERS + 1  # the students graded ahead of nbgrader's loop (batch._run)
     assert len(held) == students
     assert max(held) <= window, f"finished results held after each student: {held}"

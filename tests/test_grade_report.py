@@ -294,6 +294,17 @@ def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class
     assert course_id == "attention" and one.as_dict() == lesson
 
 
+def test_the_report_reads_the_course_beside_another_nbgrader_app_in_the_process(graded_class):
+    from nbgrader.apps.autogradeapp import AutogradeApp
+
+    AutogradeApp.instance()  # nbgrader's process-wide app, held by someone else (a batch, a hub)
+    try:
+        course_id, (one,) = report.build(graded_class["course"], [LESSON])
+    finally:
+        AutogradeApp.clear_instance()
+    assert course_id == "attention" and one.as_dict() == lesson_of(graded_class["data"])
+
+
 @slow
 def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class, chromium):
     from browser import LAUNCH_ARGS
