@@ -30,6 +30,12 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
 
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS='-m lesson01 -x'`.
 PYTEST_ARGS ?=
+# The suite runs this many test files at once (pytest-xdist; each file whole in one process, the
+# longest first: tests/conftest.py): one per core, at most 4. TEST_JOBS=0 runs it in one process.
+# (nproc counts the cores this process may use, but obeys OMP_NUM_THREADS: not here.)
+TEST_JOBS ?= $(shell n=$$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1); \
+	echo $$(( n < 4 ? n : 4 )))
+TEST_PARALLEL = $(if $(filter-out 0,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 
 # Lessons are the folders of solutions/ (nbgrader source); `make release` writes lessons/.
 LESSON_IDS = $(patsubst solutions/%/,%,$(wildcard solutions/*/))
@@ -100,7 +106,7 @@ lint: $(STAMP) ## Check style with ruff (no changes)
 	ruff format --check .
 
 test: lint sandbox ## Lint, then run the whole test suite (PYTEST_ARGS=... for pytest)
-	pytest $(PYTEST_ARGS)
+	pytest $(strip $(TEST_PARALLEL) $(PYTEST_ARGS))
 
 format: $(STAMP) ## Reformat with ruff and apply ruff's safe fixes
 	ruff format .

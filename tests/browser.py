@@ -7,6 +7,8 @@ missing (CI runs the suite as root), bounded in time, and says why when it canno
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -14,6 +16,8 @@ import time
 from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
+# The suite runs several test files at once (pytest-xdist): one installs, the others wait.
+INSTALL_LOCK = Path("/tmp/attn-course-chromium-install.lock")
 INSTALL_SECONDS = 600  # apt-get update + install chromium, once per machine
 # Headless, no sandbox (root in a container), no GPU, and nothing that talks to the network.
 LAUNCH_ARGS = [
@@ -68,6 +72,24 @@ def ensure_chromium(timeout: float = INSTALL_SECONDS) -> tuple[Path | None, str]
         return None, f"{CHROMIUM} is missing and there is no apt-get to install it"
     if os.geteuid() != 0:
         return None, f"{CHROMIUM} is missing; installing Debian's chromium needs root"
+    with _install_lock():
+        if CHROMIUM.exists() and _works(CHROMIUM):  # another test process installed it
+            return CHROMIUM, ""
+        return _install(timeout)
+
+
+@contextlib.contextmanager
+def _install_lock():
+    fd = os.open(INSTALL_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _install(timeout: float) -> tuple[Path | None, str]:
+    """apt-get update and install Debian's chromium, within ``timeout`` seconds."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     deadline = time.monotonic() + timeout
     steps = (

@@ -5,6 +5,32 @@ import tempfile
 
 import pytest
 
+EXPECT_MS = 30_000
+
+# `make test` runs the suite's files side by side (pytest-xdist, ``--dist loadfile``: each file
+# whole in one worker, so its module fixtures are set up once), in the order collected. These
+# files take longest (``--durations``, two workers on two cores: 700, 290, 260, 250, 190 s …), so
+# they start first, and no worker is left running a long one alone at the end. A file missing
+# here only starts later; the order of the tests inside a file is kept.
+LONGEST_FIRST = (
+    "test_one_verdict.py",
+    "test_grade_hostile.py",
+    "test_browser.py",
+    "test_autograde.py",
+    "test_grade_batch.py",
+    "test_pytest_plugin.py",
+    "test_grade_dask.py",
+    "test_grade_postgres.py",
+    "test_hub.py",
+    "test_grade_concurrent.py",
+    "test_grade_report.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_course_home(tmp_path_factory):
@@ -37,4 +63,10 @@ def chromium():
     path, why = ensure_chromium()
     if path is None:
         pytest.skip(f"no Chromium for the browser test: {why}")
+    from playwright.sync_api import expect
+
+    # Playwright's assertions wait 5 s by default. The suite runs test files side by side
+    # (pytest-xdist), so a page may take longer to show what it will show: wait as long as the
+    # browser tests wait for anything else.
+    expect.set_options(timeout=EXPECT_MS)
     return path

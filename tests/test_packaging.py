@@ -150,7 +150,8 @@ def test_ci_run_runs_nothing_but_make_test():
 
 
 def _make(*args, cwd=REPO, env=None, check=True):
-    base = {k: v for k, v in os.environ.items() if k not in ("PORT", "HOST", "MAKEFLAGS")}
+    unset = ("PORT", "HOST", "MAKEFLAGS", "TEST_JOBS")
+    base = {k: v for k, v in os.environ.items() if k not in unset}
     result = subprocess.run(
         [MAKE, "--no-print-directory", *args],
         cwd=cwd,
@@ -211,7 +212,14 @@ def test_make_lab_serves_the_repo_root_and_opens_lessons():
 def test_make_test_lints_then_runs_pytest_with_passthrough_args():
     out = _make("-n", "test", "PYTEST_ARGS=-m lesson01 -x").stdout.splitlines()
     steps = [ln for ln in out if ln.startswith(("ruff ", "pytest"))]
-    assert steps == ["ruff check .", "ruff format --check .", "pytest -m lesson01 -x"]
+    jobs = min(len(os.sched_getaffinity(0)), 4)  # what nproc counts
+    assert steps == [
+        "ruff check .",
+        "ruff format --check .",
+        f"pytest -n {jobs} --dist loadfile --no-loadscope-reorder -m lesson01 -x",
+    ]
+    serial = _make("-n", "test", "TEST_JOBS=0", "PYTEST_ARGS=-x").stdout.splitlines()
+    assert [ln for ln in serial if ln.startswith("pytest")] == ["pytest -x"]
 
 
 def _scratch_project(tmp_path, *, installed):
