@@ -230,7 +230,11 @@ def _run(
         return None
 
     try:
-        with nbgrader_plugin.supply(lookup=lookup), one_engine():
+        with (
+            nbgrader_plugin.supply(lookup=lookup),
+            nbgrader_plugin.sanitizing_ahead() as forget,
+            one_engine(),
+        ):
             while True:
                 while len(ahead) < window:
                     item = next(waiting, None)
@@ -245,6 +249,7 @@ def _run(
                 result = _grade_student(app, course, lesson, item, options)
                 ahead.popleft()
                 item.jobs.clear()  # its graded notebooks: memory by the window, not the class
+                forget(item.name)
                 journal.mark({
                     "student": result.student, "status": result.status, "stamp": item.stamp,
                     "score": result.score, "max_score": result.max_score,
@@ -315,21 +320,19 @@ def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool, limits: L
             nb = _sanitized(app, lesson, item.name, path)
         except Exception:  # noqa: BLE001 — nbgrader will report this student's problem itself
             continue
-        plain = json.loads(nbformat.writes(nb))
         item.jobs[path.stem] = (
-            nbgrader_plugin.fingerprint(plain, files),
-            pool.submit(limits, json.dumps(plain), files, item.name),
+            nbgrader_plugin.fingerprint(nb, files),
+            pool.submit(limits, json.dumps(nb), files, item.name),
         )
 
 
 def _sanitized(app: AutogradeApp, lesson: str, student: str, path: Path):
+    """The notebook at ``path`` as nbgrader's loop will sanitize it, kept for that loop."""
     nb = nbformat.reads(submission.read(path).decode("utf-8"), as_version=4)
     info = {"student": student, "assignment": lesson, "notebook": path.stem}
     resources = {"nbgrader": {**info, "db_url": app.coursedir.db_url},
                  "metadata": {"path": str(path.parent)}}  # fmt: skip
-    for cls in nbgrader_plugin.SANITIZE:
-        nb, resources = cls(config=app.config).preprocess(nb, resources)
-    return nb
+    return nbgrader_plugin.sanitize_ahead(app.config, nb, resources)
 
 
 def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOptions):

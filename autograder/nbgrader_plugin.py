@@ -2,7 +2,9 @@
 
 The course's ``nbgrader_config.py`` sets nbgrader's documented converter traits
 ``Autograde.sanitize_preprocessors`` and ``Autograde.autograde_preprocessors`` to :data:`SANITIZE`
-and :data:`AUTOGRADE`: nbgrader's lists with two changes.
+and :data:`AUTOGRADE`: nbgrader's lists with two changes (the sanitizing steps,
+:data:`SANITIZE_STEPS`, run as one preprocessor, :class:`Sanitize`, which validates after each step
+as nbconvert does).
 
 * :class:`CheckSubmission` comes first: it refuses a submission holding anything but regular files
   (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which could
@@ -17,16 +19,18 @@ and :data:`AUTOGRADE`: nbgrader's lists with two changes.
 
 And :class:`CheckCellMetadata` is nbgrader's check of the cells' metadata against the same
 schema, with the schema's validator built once: nbgrader's builds it and checks the schema itself
-again for every cell of every notebook, three times per submission in a batch.
+again for every cell of every notebook, twice per submission.
 
 So plain ``nbgrader autograde`` and ``attn-grade batch`` grade with the same engine and give the
 same scores; ``attn-grade batch`` only adds parallel workers (:func:`supply` hands their results
-to :class:`TrustedExecute`).
+to :class:`TrustedExecute`), and sanitizes each notebook once, ahead of nbgrader's loop, for them
+and for that loop (:func:`sanitizing_ahead`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import html
@@ -109,6 +113,13 @@ class CheckSubmission(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb, resources):
+        self.check_folder(resources)
+        _scrub_notebook(nb)
+        return nb, resources
+
+    def check_folder(self, resources) -> None:
+        """Raise :class:`~autograder.submission.Refused` if the submission's folder holds
+        anything but regular files (and remove what nbgrader copied of it)."""
         info = resources["nbgrader"]
         coursedir = CourseDirectory(config=self.config)
         folder = Path(
@@ -128,8 +139,6 @@ class CheckSubmission(NbGraderPreprocessor):
                 f"the submission of {submission.shown(info['student'])} is refused: "
                 + "; ".join(found)
             )
-        _scrub_notebook(nb)
-        return nb, resources
 
 
 _BASE_IGNORE: dict[int, list[str]] = {}
@@ -165,6 +174,85 @@ def _scrub_notebook(nb) -> None:
                 cell.source = html.escape(cell.source, quote=False)
         scrub(cell.metadata)
     scrub(nb.metadata)
+
+
+# ---------------------------------------------------------------------------------------------
+# sanitizing, once
+
+
+_ahead: dict[tuple, tuple[dict, dict]] | None = None
+
+
+class Sanitize(NbGraderPreprocessor):
+    """nbgrader's sanitizing steps (:data:`SANITIZE_STEPS`) as one preprocessor.
+
+    The steps run in order, and the notebook is validated after each, as nbconvert validates
+    after every preprocessor of a list, so a step that leaves the notebook invalid fails it even
+    if a later one would repair it. Within :func:`sanitizing_ahead` (``attn-grade batch``), a
+    notebook the batch sanitized ahead of nbgrader's loop, to send it to the workers
+    (:func:`sanitize_ahead`), is not sanitized a second time: when nbgrader's loop reaches it,
+    this returns what the steps made of exactly that notebook then, after checking the
+    submission's folder again.
+    """
+
+    def preprocess(self, nb, resources):
+        kept = _ahead.pop(_ahead_key(resources), None) if _ahead is not None else None
+        if kept is not None and kept[0] == nb:
+            CheckSubmission(parent=self).check_folder(resources)
+            return kept[1], resources
+        if _ahead is not None:
+            who = (resources["nbgrader"]["notebook"], resources["nbgrader"]["student"])
+            self.log.warning("No notebook sanitized ahead for %s of %s: sanitizing it here", *who)
+        return self.steps(nb, resources, last=False)  # nbconvert validates what this returns
+
+    def steps(self, nb, resources, last: bool = True):
+        """Run the steps; validate after each (``last``: after the last one too)."""
+        import nbformat
+
+        for n, step in enumerate(SANITIZE_STEPS, 1):
+            nb, resources = step(parent=self)(nb, resources)
+            if n == len(SANITIZE_STEPS) and not last:
+                break
+            try:
+                nbformat.validate(nb, relax_add_props=True)  # as nbconvert's exporter does
+            except nbformat.ValidationError:
+                self.log.error("Notebook is invalid after preprocessor %s", step.__name__)
+                raise
+        return nb, resources
+
+
+def _ahead_key(resources) -> tuple:
+    info = resources.get("nbgrader", {})
+    return tuple(str(info.get(k)) for k in ("student", "assignment", "notebook", "db_url"))
+
+
+def sanitize_ahead(config, nb, resources):
+    """``nb`` sanitized now as nbgrader's loop will sanitize it (:class:`Sanitize`); within
+    :func:`sanitizing_ahead` the result is kept for that loop. ``nb`` is changed in place."""
+    original = copy.deepcopy(nb)
+    done, _ = Sanitize(config=config).steps(nb, resources)
+    if _ahead is not None:
+        _ahead[_ahead_key(resources)] = (original, done)
+    return done
+
+
+@contextlib.contextmanager
+def sanitizing_ahead() -> Iterator[Callable[[str], None]]:
+    """While in this block, :class:`Sanitize` takes a notebook sanitized ahead for the same
+    student, lesson and notebook, if it was exactly this notebook. Yields ``forget(student)``,
+    which drops what is kept for a student (the batch calls it once a student is graded)."""
+    global _ahead
+    previous, _ahead = _ahead, {}
+    kept = _ahead
+
+    def forget(student: str) -> None:
+        for key in [k for k in kept if k[0] == student]:
+            del kept[key]
+
+    try:
+        yield forget
+    finally:
+        _ahead = previous
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +374,8 @@ def apply(nb, result: dict) -> None:
         cell.execution_count = rec.get("execution_count")
 
 
-SANITIZE = [CheckSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-            CheckCellMetadata]  # fmt: skip
+SANITIZE_STEPS = [CheckSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                  CheckCellMetadata]  # fmt: skip
+SANITIZE = [Sanitize]
 AUTOGRADE = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
              SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]  # fmt: skip

@@ -68,9 +68,11 @@ def grades(course, lesson) -> dict[tuple[str, str], float]:
 def test_the_workers_grade_every_notebook_and_the_main_process_none(courses, lesson):
     """The workers were sent each notebook with exactly the files nbgrader copies beside it
     (ignored ones left out), so nbgrader's loop finds every result ready: nothing is graded
-    twice."""
+    twice. And nothing is sanitized twice: nbgrader's loop takes each notebook as the batch
+    sanitized it for the workers."""
     _, _, runs = courses
     assert "No prepared result" not in runs[lesson].stderr, runs[lesson].stderr[-3000:]
+    assert "No notebook sanitized ahead" not in runs[lesson].stderr, runs[lesson].stderr[-3000:]
 
 
 @pytest.mark.parametrize("lesson", LESSONS)

@@ -14,7 +14,7 @@ import pytest
 from nbgrader.nbgraderformat import SchemaTooNewError, SchemaTooOldError, ValidationError
 from nbgrader.preprocessors import CheckCellMetadata as Theirs
 
-from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE
+from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE_STEPS
 from autograder.nbgrader_plugin import CheckCellMetadata as Ours
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ CORRUPTIONS = {
 
 
 def test_the_pipelines_use_the_course_check():
-    assert Ours in SANITIZE and Ours in AUTOGRADE and Theirs not in SANITIZE + AUTOGRADE
+    assert Ours in SANITIZE_STEPS and Ours in AUTOGRADE and Theirs not in SANITIZE_STEPS + AUTOGRADE
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")

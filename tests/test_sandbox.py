@@ -105,6 +105,21 @@ print(json.dumps(out))
     assert set(out.values()) == {"refused"}, out
 
 
+def test_a_sandbox_starts_as_a_fresh_kernel(template):
+    """What the template did to warm up (a figure drawn, a traceback formatted) leaves nothing a
+    learner's notebook can see: counts start at 1, no names but IPython's, no last traceback."""
+    runner = Runner(template, Limits(timeout=20, budget=120))
+    try:
+        first = runner.run(0, "x = 1")
+        names = runner.run(1, "print(sorted(k for k in globals() if not k.startswith('_')))")
+        state = runner.run(2, "print(get_ipython().InteractiveTB.tb, len(In), len(Out))")
+    finally:
+        runner.close()
+    assert first.execution_count == 1
+    assert printed(names.outputs) == "['In', 'Out', 'exit', 'get_ipython', 'open', 'quit', 'x']\n"
+    assert printed(state.outputs) == "None 4 0\n"
+
+
 def test_the_environment_is_an_allow_list(template):
     env = value(template, "import json, os\nprint(json.dumps(dict(os.environ)))")
     assert SECRET not in json.dumps(env)

@@ -58,11 +58,36 @@ def warm_up() -> tuple[object, Sink]:
                 __import__(name)
         sink = Sink()
         shell = make_shell(sink)
-        fig = plt.figure(figsize=(2, 2))
-        fig.gca().imshow(np.eye(3))
-        fig.savefig(io.BytesIO(), format="png")
-        plt.close(fig)
+        _draw_once(plt, np)
+        _format_a_traceback(shell)
     return shell, sink
+
+
+def _draw_once(plt, np) -> None:
+    """Draw a labelled heat map as the notebook's inline figures are drawn (tight layout, tight
+    bounding box, PNG), so every sandbox starts with matplotlib's fonts found and loaded."""
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.imshow(np.eye(3), cmap="viridis")
+    for size in (7, 8, 9, 10, 11, 12):
+        ax.text(0, 0, "Σ=0.25 keys queries → 0123456789", fontsize=size)
+    ax.set(title="title", xlabel="keys", ylabel="queries")
+    fig.tight_layout()
+    fig.canvas.print_figure(io.BytesIO(), format="png", bbox_inches="tight")
+    plt.close(fig)
+
+
+def _format_a_traceback(shell) -> None:
+    """Format one traceback as a failing cell's is formatted, so every sandbox starts with the
+    map from files to modules built (the first traceback in a process scans every module)."""
+
+    def fail() -> None:
+        raise ValueError("warming up")
+
+    try:
+        fail()
+    except ValueError as error:
+        shell.InteractiveTB.structured_traceback(type(error), error, error.__traceback__)
+    shell.InteractiveTB.tb = None  # no traceback of the template's own is left to debug
 
 
 def main(argv: list[str]) -> None:
