@@ -110,13 +110,18 @@ class Timeout(ProtocolError):
 # framing
 
 
+ONE_WRITE = 1 << 16  # bytes: a message this small is written at once
+
+
 def send(sock: socket.socket, header: dict, buffers: list[bytes] = ()) -> None:
     """Send one message (blocking)."""
     header = {**header, "_buffers": [len(b) for b in buffers]}
     raw = json.dumps(header, allow_nan=True, ensure_ascii=True).encode()
-    sock.sendall(struct.pack(">I", len(raw)) + raw)
-    for b in buffers:
-        sock.sendall(b)
+    parts = [struct.pack(">I", len(raw)), raw, *buffers]
+    if sum(map(len, parts)) <= ONE_WRITE:  # the other side wakes once, to the whole message
+        parts = [b"".join(parts)]
+    for part in parts:
+        sock.sendall(part)
 
 
 def recv(
@@ -136,8 +141,9 @@ def recv(
     (size,) = struct.unpack(">I", _read(sock, 4, finish))
     if size > bounds.header:
         raise ProtocolError(f"a message header of {size} bytes (at most {bounds.header})")
+    raw = _read(sock, size, finish)
     try:
-        header = json.loads(_read(sock, size, finish))
+        header = json.loads(raw)
     except (ValueError, RecursionError) as error:
         raise ProtocolError(f"a malformed message header: {str(error)[:200]}") from None
     if not isinstance(header, dict):
@@ -149,7 +155,9 @@ def recv(
         raise ProtocolError(f"{len(sizes)} buffers in one message (at most {bounds.buffers})")
     if sum(sizes) > bounds.buffer_bytes:
         raise ProtocolError(f"{sum(sizes)} bytes of buffers (at most {bounds.buffer_bytes})")
-    return scrub(header), [_read(sock, n, finish) for n in sizes]
+    if may_hold_surrogates(raw):
+        header = scrub(header)
+    return header, [_read(sock, n, finish) for n in sizes]
 
 
 def _wait(sock: socket.socket, deadline: float) -> bool:
@@ -171,6 +179,14 @@ def _read(sock: socket.socket, n: int, finish: float) -> bytes:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def may_hold_surrogates(raw: bytes) -> bool:
+    """Whether ``json.loads(raw)`` can hold a lone surrogate. ASCII without NUL bytes is read
+    as UTF-8, so a surrogate can only come from a ``\\uD800``-``\\uDFFF`` escape; anything
+    else (other bytes, which ``json.loads`` decodes with ``surrogatepass``, or UTF-16) may."""
+    return not raw.isascii() or b"\0" in raw or _SURROGATE_ESCAPE.search(raw) is not None
 
 
 def scrub(tree: object) -> object:

@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autograder import protocol
 from autograder.protocol import Bounds, ProtocolError
@@ -123,6 +125,46 @@ def test_lone_surrogates_are_replaced_everywhere_in_a_header(pair):
     text.encode("utf-8")  # would raise on a lone surrogate
     assert header["outputs"][0]["text"] == "bad \ufffd text"
     assert header["outputs"][0]["\ufffd"] == ["\ufffd"]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+WRITTEN = {  # how a peer may write its header: json.loads reads every one of these
+    "escaped": lambda tree: json.dumps(tree, ensure_ascii=True).encode(),
+    "utf-8, surrogates passed": lambda tree: json.dumps(tree, ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"
+    ),
+    "utf-16": lambda tree: json.dumps(tree, ensure_ascii=False).encode("utf-16", "surrogatepass"),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree=JSON, written=st.sampled_from(sorted(WRITTEN)))
+def test_no_header_holds_a_lone_surrogate_however_it_was_written(tree, written):
+    """A header is scrubbed only when it may hold a lone surrogate (the usual, escaped ASCII
+    header cannot): what arrives is what scrubbing every header would give."""
+    header = WRITTEN[written]({"x": tree})
+    a, b = socket.socketpair()
+    try:
+        raw(a, header)
+        got, _ = protocol.recv(b, time.monotonic() + 5)
+    finally:
+        a.close()
+        b.close()
+    assert got == protocol.scrub(json.loads(header))
+    json.dumps(got, ensure_ascii=False).encode("utf-8")  # would raise on a lone surrogate
+
+
+@pytest.mark.parametrize("header, may", [
+    (b'{"text": "plain"}', False), (b'{"text": "\\u00e9 \\ud83d\\ude00"}', True),
+    (b'{"text": "\\uDFFF"}', True), (b'{"text": "\\ue000"}', False),
+    ('{"text": "é"}'.encode(), True), (b'\x00{\x00}', True),
+])  # fmt: skip
+def test_which_headers_may_hold_surrogates(header, may):
+    assert protocol.may_hold_surrogates(header) is may
 
 
 @pytest.mark.parametrize(

@@ -172,7 +172,7 @@ class Exercise:
         """``result`` with one item per name of ``outputs`` (``(out, (K, V))`` → 3 items)."""
         return result if self.flatten is None else self.flatten(result)
 
-    @property
+    @functools.cached_property
     def parameters(self) -> tuple[str, ...]:
         """The reference's parameter names (``("Q", "K", "V", "mask")``), to name inputs."""
         try:
@@ -353,7 +353,6 @@ class Failure:
 def attempt(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> Attempt:
     """Call ``fn`` on copies of the probe's inputs and line its result up with the reference."""
     args, kwargs = copy.deepcopy(probe.args), copy.deepcopy(probe.kwargs)
-    on = _on(exercise, probe)
     try:
         with quiet():
             result = fn(*args, **kwargs)
@@ -363,22 +362,23 @@ def attempt(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> Atte
         if isinstance(error, NotImplementedError) and not str(error):
             return Attempt(probe, (NOT_WRITTEN, ""))
         hint = _hint(exercise, error, probe)
+        on = _on(exercise, probe)
         return Attempt(probe, (f"raised {type(error).__name__}: {error}{on}{hint}", ""))
     changed = _changed_input(exercise, probe, args, kwargs)
     if changed:
         return Attempt(
             probe,
-            (f"changed its input arrays in place ({changed} was modified){on}; "
-             "work on copies instead", ""),
+            (f"changed its input arrays in place ({changed} was modified)"
+             f"{_on(exercise, probe)}; work on copies instead", ""),
         )  # fmt: skip
     try:
         actual = unpack(exercise.flat(result), exercise.outputs)
     except CheckFailed as failure:
-        return Attempt(probe, (f"{failure}{on}", ""))
+        return Attempt(probe, (f"{failure}{_on(exercise, probe)}", ""))
     for requirement in exercise.requirements:
-        verdict = _verdict(requirement(probe, actual), on)
-        if verdict:
-            return Attempt(probe, verdict)
+        found = requirement(probe, actual)
+        if found:  # where the probe is described only for a failure: most calls pass
+            return Attempt(probe, _verdict(found, _on(exercise, probe)))
     reference = unpack(
         exercise.flat(exercise.reference(*exact(probe.args), **exact(probe.kwargs))),
         exercise.outputs,
