@@ -2,9 +2,9 @@
 
 The course's ``nbgrader_config.py`` sets nbgrader's documented converter traits
 ``Autograde.sanitize_preprocessors`` and ``Autograde.autograde_preprocessors`` to :data:`SANITIZE`
-and :data:`AUTOGRADE`: nbgrader's lists with two changes (the sanitizing steps,
-:data:`SANITIZE_STEPS`, run as one preprocessor, :class:`Sanitize`, which validates after each step
-as nbconvert does).
+and :data:`AUTOGRADE`: nbgrader's lists with the two changes below. The sanitizing steps
+(:data:`SANITIZE_STEPS`) run as one preprocessor, :class:`Sanitize`, which validates the notebook
+after each step as nbconvert does after every preprocessor.
 
 * :class:`CheckSubmission` comes first: it refuses a submission holding anything but regular files
   (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which could
