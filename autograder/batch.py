@@ -182,6 +182,7 @@ def _limits_for_nbgrader(app: AutogradeApp, limits: Limits, isolation: str) -> N
     config = app.config.TrustedExecute
     config.timeout, config.budget = limits.timeout, limits.budget
     config.memory_mb, config.processes = limits.memory_mb, limits.processes
+    config.cpus = limits.cpus
     config.max_output, config.isolation = limits.max_output, isolation
 
 

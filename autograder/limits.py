@@ -7,6 +7,9 @@ reach is no limit, so the whole sandbox is also bounded from outside:
 * **memory and processes** by a cgroup of its own (:class:`Cgroup`, v1 or v2) when the machine
   offers one we may write (as root, usually) — the kernel counts every process of the sandbox,
   its page cache and its ``/tmp``;
+* **its share of the processors** by the same cgroup's CPU quota, where the machine has the CPU
+  controller: however many processes a sandbox runs, together they get at most ``cpus`` cores,
+  so one sandbox cannot slow the students graded beside it past their (wall-clock) budgets;
 * otherwise by a watchdog (:func:`tree_memory`): while the trusted side waits for a reply it sums
   the memory of every process in the sandbox's process tree (a PID namespace, so no process
   escapes the tree; shared pages counted once) and kills the sandbox past the limit; the process
@@ -33,6 +36,7 @@ class Limits:
     memory_mb: int = 2048  # resident memory of the whole sandbox
     cpu_seconds: int = 600  # CPU time of each sandbox process
     processes: int = 64  # processes and threads of the whole sandbox
+    cpus: float = 1.0  # cores the whole sandbox may use at once (where a cgroup can cap it)
     tmp_mb: int = 64  # the sandbox's private /tmp
     max_output: int = 2 * 2**20  # bytes of outputs kept for the whole notebook
     restarts: int = 8  # fresh sandboxes after a crash, per notebook
@@ -54,18 +58,29 @@ class Limits:
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+CPU_PERIOD_US = 100_000  # the period of a cgroup's CPU quota (the kernel's default)
+
+
 class Cgroup:
-    """A cgroup (v1: memory + pids controllers; v2: unified) holding one sandbox.
+    """A cgroup (v1: memory + pids controllers, and cpu where mounted; v2: unified) holding one
+    sandbox.
 
     Created under the grader's own cgroup, so it also stays inside any limit the grader has.
+    :attr:`cpu_capped` says whether the CPU quota is in force (the CPU controller is optional).
     """
 
     def __init__(self, dirs: dict[str, Path], v2: bool):
         self.dirs, self.v2 = dirs, v2
+        self.cpu_capped = False
 
     @classmethod
-    def create(cls, name: str, memory_bytes: int, processes: int) -> Cgroup | None:
-        """A new cgroup with these limits, or None when the machine does not let us make one."""
+    def create(
+        cls, name: str, memory_bytes: int, processes: int, cpus: float | None = None
+    ) -> Cgroup | None:
+        """A new cgroup with these limits, or None when the machine does not let us make one.
+
+        ``cpus`` cores at most for all its processes together, where the CPU controller lets us.
+        """
         own = _own_cgroups()
         if "" in own:
             places = {"": CGROUP_ROOT / own[""].lstrip("/") / name}
@@ -88,24 +103,45 @@ class Cgroup:
         except OSError:
             group.remove()
             return None
+        if cpus is not None:
+            group._cap_cpu(own, name, cpus)
         return group
+
+    def _cap_cpu(self, own: dict[str, str], name: str, cpus: float) -> None:
+        """Give the group a CPU quota of ``cpus`` cores, if the CPU controller is ours to use."""
+        quota = max(1000, round(cpus * CPU_PERIOD_US))  # the kernel's least quota is 1 ms
+        if self.v2:
+            self.cpu_capped = self._write("", "cpu.max", f"{quota} {CPU_PERIOD_US}", optional=True)
+            return
+        if "cpu" not in own:
+            return
+        path = CGROUP_ROOT / "cpu" / own["cpu"].lstrip("/") / name
+        try:
+            path.mkdir()
+        except OSError:
+            return
+        self.dirs["cpu"] = path
+        self.cpu_capped = self._write(
+            "cpu", "cpu.cfs_period_us", CPU_PERIOD_US, optional=True
+        ) and self._write("cpu", "cpu.cfs_quota_us", quota, optional=True)
 
     def _file(self, controller: str, name: str) -> Path:
         return self.dirs["" if self.v2 else controller] / name
 
-    def _write(self, controller: str, name: str, value: object, optional: bool = False) -> None:
+    def _write(self, controller: str, name: str, value: object, optional: bool = False) -> bool:
+        """Write one setting; False if an ``optional`` one could not be written."""
         try:
             self._file(controller, name).write_text(str(value))
         except OSError:
             if not optional:
                 raise
+            return False
+        return True
 
     def add(self, pid: int) -> None:
         """Move process ``pid`` (and so everything it starts later) into this cgroup."""
-        for controller in ("memory", "pids"):
+        for controller in self.dirs:
             self._write(controller, "cgroup.procs", pid)
-            if self.v2:
-                break
 
     def pids(self) -> list[int]:
         found: set[int] = set()
@@ -232,3 +268,14 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+def can_cap_cpu() -> bool:
+    """Can this process give a sandbox a cgroup with a CPU quota (as root, usually)?"""
+    group = Cgroup.create(f"attn-grade-probe-{os.getpid()}", 64 * 2**20, 8, cpus=1.0)
+    if group is None:
+        return False
+    try:
+        return group.cpu_capped
+    finally:
+        group.remove()

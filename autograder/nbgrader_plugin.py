@@ -305,6 +305,9 @@ class TrustedExecute(NbGraderPreprocessor):
     budget = Float(300.0, help="Seconds for a whole notebook, checks included").tag(config=True)
     memory_mb = Integer(2048, help="Memory of a submission's whole sandbox (MB)").tag(config=True)
     processes = Integer(64, help="Processes of a submission's sandbox").tag(config=True)
+    cpus = Float(
+        1.0, help="Cores a submission's whole sandbox may use at once (where a cgroup caps it)"
+    ).tag(config=True)
     max_output = Integer(2 * 2**20, help="Characters of output kept per notebook").tag(config=True)
     isolation = Unicode(
         "namespaces",
@@ -322,6 +325,7 @@ class TrustedExecute(NbGraderPreprocessor):
             memory_mb=self.memory_mb,
             cpu_seconds=int(max(120, self.budget)),
             processes=self.processes,
+            cpus=self.cpus,
             max_output=self.max_output,
         )
 

@@ -177,6 +177,7 @@ class Template:
                     f"attn-grade-{os.getpid()}-{next(_serial)}",
                     limits.memory_mb * 2**20,
                     limits.processes,
+                    limits.cpus,
                 )
                 if cgroup is not None:
                     cgroup.add(child)

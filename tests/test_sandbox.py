@@ -254,6 +254,32 @@ except OSError as error:
     assert "stopped after" in text and int(text.split()[2]) < 32
 
 
+def test_a_sandbox_gets_at_most_its_share_of_the_processors(template):
+    """Four processes that spin for 2 s get half a core between them under ``cpus=0.5``; without
+    the cgroup's quota they would get every core there is (a whole one at the least)."""
+    if not limits_mod.can_cap_cpu():
+        pytest.skip("no cgroup with a CPU controller here")
+    source = """
+import json, os, time
+start = time.monotonic()
+kids = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        while time.monotonic() - start < 2.0:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+times = os.times()
+print(json.dumps([times.children_user + times.children_system, time.monotonic() - start]))
+"""
+    cpu, wall = value(template, source, limits=Limits(timeout=20, budget=60, cpus=0.5))
+    assert wall >= 2.0
+    assert cpu <= 0.5 * wall * 1.2 + 0.05, f"{cpu:.2f} CPU-s in {wall:.2f} s under half a core"
+
+
 def test_nothing_outlives_its_sandbox_and_signals_reach_no_one_else(template):
     marker = "attn-daemon-" + str(os.getpid())
     source = f"""

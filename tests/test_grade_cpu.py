@@ -1,0 +1,78 @@
+"""A notebook that keeps every core busy costs the students graded beside it nothing.
+
+Budgets and timeouts are wall clock, so a sandbox that takes the CPU from the others could make
+an honest student graded at the same time run out of time. The attacker forks as many spinning
+processes as its process limit allows, each in a session of its own (so that the kernel's
+per-session scheduling groups give each a share as large as a whole sandbox's), and then holds its
+sandbox open until its budget ends. Three honest students are graded on the other worker in the
+meantime; each must keep every point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from course import BIN, env, make_course
+from hostile import LESSON
+from nbformat.v4 import new_code_cell
+from test_grade_hostile import full, honest_notebook, scores
+from test_grade_students import submit
+
+from autograder import limits, view
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.lesson02,
+    pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
+]
+TIMEOUT, BUDGET = 10, 20
+SPINNERS = 56  # under the sandbox's limit of 64 processes and threads
+HONEST = ["b-honest", "c-honest", "d-honest"]
+
+SPIN = f"""
+import os
+for _ in range({SPINNERS}):
+    if os.fork() == 0:
+        os.setsid()  # a scheduling group of its own
+        while True:
+            pass
+"""
+HOLD = f"import time\ntime.sleep({TIMEOUT - 2})\n"
+
+
+def spinning_notebook():
+    nb = honest_notebook()
+    nb.cells.insert(1, new_code_cell(SPIN))
+    nb.cells.extend(new_code_cell(HOLD) for _ in range(BUDGET // (TIMEOUT - 2) + 1))
+    return nb
+
+
+def test_a_sandbox_that_spins_every_core_costs_its_neighbours_nothing(tmp_path):
+    if not limits.can_cap_cpu():
+        pytest.skip("no cgroup with a CPU controller to cap a sandbox's share of the machine")
+    course = make_course(tmp_path, [LESSON])
+    submit(course, LESSON, "a-spins", spinning_notebook())  # first: beside the honest ones
+    for name in HONEST:
+        submit(course, LESSON, name, honest_notebook())
+    batch = subprocess.run(
+        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
+         "--workers", "2", "--timeout", str(TIMEOUT), "--budget", str(BUDGET)],
+        cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=600,
+    )  # fmt: skip
+    assert batch.stdout.strip(), batch.stderr[-3000:]
+    results = {r["student"]: r for r in json.loads(batch.stdout)}
+    assert set(results) == {"a-spins", *HONEST}
+    for name in HONEST:
+        assert scores(course, name) == full(course), (name, results[name])
+
+
+def test_as_root_a_mounted_cpu_controller_caps_every_sandbox():
+    """The test above is skipped only where there is no CPU controller to use, never because
+    capping broke: as root with cgroup v1's ``cpu`` hierarchy mounted, capping must work."""
+    if os.geteuid() != 0 or "cpu" not in limits._own_cgroups():
+        pytest.skip("not root, or no cgroup v1 CPU controller")
+    assert limits.can_cap_cpu()
