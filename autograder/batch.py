@@ -351,6 +351,8 @@ def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOp
     converter.log.addHandler(handler)
     results: dict[str, dict] = {}
     try:
+        if converter.create_student:
+            ensure_student(coursedir.db_url, coursedir.course_id, item.name)
         with nbgrader_plugin.supply(kept=results):
             converter.start()
     except Exception as error:  # noqa: BLE001 — one student's failure never stops the batch
@@ -365,6 +367,26 @@ def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOp
     if options.feedback:
         feedback.write_for(coursedir, lesson, item.name, results)
     return result
+
+
+def ensure_student(db_url: str, course_id: str, student: str, tries: int = 3) -> None:
+    """Make sure the gradebook has a row for ``student`` before nbgrader's loop looks for it.
+
+    nbgrader looks the student up and inserts it when missing. Two graders writing one gradebook
+    at once (two lessons graded together) can both miss and both insert; the second insert then
+    fails, and nbgrader fails that student. Here a failed insert is followed by another look,
+    which finds the row the other grader made.
+    """
+    from nbgrader.api import Gradebook, InvalidEntry
+
+    for attempt in range(tries):
+        with Gradebook(db_url, course_id) as gb:
+            try:
+                gb.update_or_create_student(student)
+                return
+            except InvalidEntry:
+                if attempt == tries - 1:
+                    raise
 
 
 def _first_error(log: str, error: BaseException) -> str:

@@ -2,8 +2,9 @@
 
 nbgrader keeps its gradebook wherever ``c.CourseDirectory.db_url`` points. A scratch course of
 lessons 01 and 02 is graded into a PostgreSQL database by two ``attn-grade batch`` runs at once
-(one per lesson, both writing the one gradebook) and, in a copy, into SQLite one lesson after
-the other: every grade cell of every student gets the same score both ways.
+(one per lesson, both writing the one gradebook) and, in a copy, into SQLite by two runs the
+same way, all four at once: every grade cell of every student gets the same score both ways. A
+new student looked up by two graders at the same moment is created once and graded by both.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import subprocess
 
 import pytest
 from course import BIN, env, make_course
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, InvalidEntry
 from servers import postgres
 from test_grade_students import STUDENTS, student_notebook, submit
 
 from autograder import view
+from autograder.batch import ensure_student
 
 LESSONS = ["01-scoring", "02-softmax-masking"]
 pytestmark = [
@@ -69,3 +71,29 @@ def test_a_postgresql_gradebook_with_concurrent_writers_gives_sqlites_scores(tmp
         ours = grades(db_url)
     assert not (pg / "gradebook.db").exists()  # nothing went to SQLite by mistake
     assert ours == theirs and len(ours) > 20
+
+
+def test_a_student_another_grader_adds_at_the_same_moment_is_not_failed(tmp_path, monkeypatch):
+    """Two graders writing one gradebook look a new student up at once, both miss, both insert.
+    Here the other grader's insert is made to land between this grader's look and its insert
+    (right after the look): nbgrader alone then fails the student; the batch finds the row."""
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    Gradebook(url, "attention").close()
+    look = Gradebook.find_student
+    raced: set[str] = set()
+
+    def look_while_another_grader_inserts(self, student_id):
+        try:
+            return look(self, student_id)
+        finally:
+            if student_id not in raced:
+                raced.add(student_id)
+                with Gradebook(url, "attention") as other:
+                    other.add_student(student_id)
+
+    monkeypatch.setattr(Gradebook, "find_student", look_while_another_grader_inserts)
+    with pytest.raises(InvalidEntry), Gradebook(url, "attention") as gb:
+        gb.update_or_create_student("raced-by-nbgrader")
+    ensure_student(url, "attention", "raced-by-the-batch")
+    with Gradebook(url, "attention") as gb:
+        assert sorted(s.id for s in gb.students) == ["raced-by-nbgrader", "raced-by-the-batch"]
