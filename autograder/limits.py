@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -60,6 +61,11 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 CPU_PERIOD_US = 100_000  # the period of a cgroup's CPU quota (the kernel's default)
 
+# A sandbox's cgroup is named for the grader that made it: attn-grade-<grader's pid>-<serial>.
+_OURS = re.compile(r"attn-grade-(?:probe-)?(\d+)(?:-\d+)?")
+STALE_AFTER = 60.0  # seconds; a grader moves a sandbox into its new cgroup in milliseconds
+_swept: set[Path] = set()  # the folders this process has swept
+
 
 class Cgroup:
     """A cgroup (v1: memory + pids controllers, and cpu where mounted; v2: unified) holding one
@@ -88,6 +94,10 @@ class Cgroup:
             places = {c: CGROUP_ROOT / c / own[c].lstrip("/") / name for c in ("memory", "pids")}
         else:
             return None
+        if cpus is not None and "" not in places and "cpu" in own:
+            _sweep(CGROUP_ROOT / "cpu" / own["cpu"].lstrip("/"))
+        for path in places.values():
+            _sweep(path.parent)
         group = cls({}, v2="" in places)
         try:
             for controller, path in places.items():
@@ -198,6 +208,28 @@ class Cgroup:
                     break
                 except OSError:  # the last processes are still being torn down
                     time.sleep(0.02)
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the cgroups that dead graders left in ``parent`` (once per process and folder).
+
+    A grader killed with ``kill -9`` cannot remove its sandboxes' cgroups; their processes die
+    with it, the empty folders stay. One is removed when the grader it is named for is gone and
+    it is older than :data:`STALE_AFTER` (so a grader this process cannot see, in another PID
+    namespace, keeps the one it is filling). The kernel removes only an empty cgroup, so a sandbox
+    still running keeps its own whatever the name says.
+    """
+    if parent in _swept:
+        return
+    _swept.add(parent)
+    with contextlib.suppress(OSError):
+        for path in parent.iterdir():
+            found = _OURS.fullmatch(path.name)
+            if found is None or alive(int(found[1])):
+                continue
+            with contextlib.suppress(OSError):
+                if time.time() - path.stat().st_mtime > STALE_AFTER:
+                    path.rmdir()
 
 
 def _own_cgroups() -> dict[str, str]:

@@ -315,7 +315,8 @@ print("done")
 
 
 def test_a_killed_grader_leaves_nothing_running(tmp_path):
-    """kill -9 of the grading process: its template and sandbox die with it."""
+    """kill -9 of the grading process: its template and sandbox die with it, and the next grader
+    removes the cgroups it left (empty, since their processes died)."""
     marker = f"attn-orphan-{os.getpid()}"
     script = tmp_path / "grader.py"
     script.write_text(f"""
@@ -341,6 +342,34 @@ r.run(0, "import subprocess, sys\\nsubprocess.Popen([sys.executable, '-c', "
     while _with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _with_marker(marker) == []
+
+    left = _cgroups_of(grader.pid)  # the dead grader's: no one is left to remove them
+    deadline = time.monotonic() + 10
+    while any((p / "cgroup.procs").read_text().strip() for p in left):
+        assert time.monotonic() < deadline, "the dead grader's sandbox is still being torn down"
+        time.sleep(0.1)
+    for path in left:
+        os.utime(path, (0, 0))  # made long ago, as such leftovers usually were
+    if left:  # cgroups are ours to make here: a fresh one, in the moment a grader makes its own
+        (left[0].parent / f"attn-grade-{grader.pid}-999").mkdir()
+    subprocess.run(
+        [sys.executable, "-c", "from autograder.limits import Cgroup\n"
+         "g = Cgroup.create('attn-grade-next', 2**28, 8, cpus=1.0)\ng and g.remove()"],
+        check=True, cwd=REPO,
+    )  # fmt: skip
+    remaining = _cgroups_of(grader.pid)
+    for path in remaining:
+        path.rmdir()
+    assert [p.name for p in remaining] == ([f"attn-grade-{grader.pid}-999"] if left else [])
+
+
+def _cgroups_of(pid: int) -> list[Path]:
+    """The cgroups named for grader ``pid`` in every hierarchy this process may use."""
+    found = []
+    for controller, own in limits_mod._own_cgroups().items():
+        parent = limits_mod.CGROUP_ROOT / controller / own.lstrip("/")
+        found.extend(sorted(parent.glob(f"attn-grade-{pid}-*")))
+    return found
 
 
 def _with_marker(marker: str) -> list[str]:
