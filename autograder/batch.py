@@ -15,6 +15,10 @@ What the batch adds:
   workers) grades the submissions ahead of nbgrader's
   loop, which finds each result ready: :class:`~autograder.nbgrader_plugin.TrustedExecute` takes
   a result only for exactly the notebook and files it was given, and grades anything else itself;
+* where a sandbox has no CPU quota (:class:`~autograder.limits.Cgroup`: no CPU controller we may
+  use, as a normal user, or ``--cpus 0``), a neighbour spinning on every core can make a student
+  run out of time: each student who ran out of time in such a sandbox while others were graded
+  beside it is graded again at the end, alone, and the second grade stands (``regraded``);
 * a journal (``COURSE/.attn-grade/LESSON.jsonl``): a batch killed half-way and rerun grades only
   the students it had not finished (and anyone whose submission changed);
 * a summary, ``--json``/``--csv``, and Markdown feedback per student (:mod:`autograder.feedback`).
@@ -113,6 +117,8 @@ class StudentResult:
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     error: str = ""
+    regraded: bool = False  # graded again, alone (see REGRADED)
+    crowded: bool = field(default=False, repr=False)  # out of time with no CPU quota
 
     def as_dict(self) -> dict:
         return {
@@ -123,7 +129,11 @@ class StudentResult:
             "seconds": self.seconds,
             "problems": self.problems,
             "error": self.error,
+            "regraded": self.regraded,
         }
+
+
+REGRADED = "graded again alone: out of time beside others, no CPU quota"
 
 
 @dataclass
@@ -219,8 +229,6 @@ def _run(
     bar = tqdm(total=len(todo), desc=f"grading {lesson}", unit="student",
                disable=not options.progress, leave=False)  # fmt: skip
     ahead: deque[_Todo] = deque()
-    window = 2 * workers + 1
-    waiting = iter(todo)
 
     def lookup(student: str, notebook: str, nb: dict, files: dict) -> dict | None:
         for item in ahead:
@@ -230,34 +238,52 @@ def _run(
                     return future.result()
         return None
 
+    def grade(items: list[_Todo], window: int, final: bool) -> list[tuple[_Todo, StudentResult]]:
+        """Grade ``items`` in order, ``window`` of them sent to the pool ahead of nbgrader. Unless
+        ``final``, a result to be graded again alone is not journaled (a rerun grades it)."""
+        graded, waiting = [], iter(items)
+        while True:
+            while len(ahead) < window:
+                item = next(waiting, None)
+                if item is None:
+                    break
+                item.started = time.monotonic()
+                _prefetch(app, lesson, item, pool, options.limits)
+                ahead.append(item)
+            if not ahead:
+                return graded
+            item = ahead[0]
+            result = _grade_student(app, course, lesson, item, options)
+            ahead.popleft()
+            item.jobs.clear()  # its graded notebooks: memory by the window, not the class
+            forget(item.name)
+            graded.append((item, result))
+            bar.update(1)
+            if result.crowded and not final:
+                continue
+            journal.mark({
+                "student": result.student, "status": result.status, "stamp": item.stamp,
+                "score": result.score, "max_score": result.max_score,
+                "error": result.error, "at": time.time(),
+            })  # fmt: skip
+
     try:
         with (
             nbgrader_plugin.supply(lookup=lookup),
             nbgrader_plugin.sanitizing_ahead() as forget,
             one_engine(),
         ):
-            while True:
-                while len(ahead) < window:
-                    item = next(waiting, None)
-                    if item is None:
-                        break
-                    item.started = time.monotonic()
-                    _prefetch(app, lesson, item, pool, options.limits)
-                    ahead.append(item)
-                if not ahead:
-                    break
-                item = ahead[0]
-                result = _grade_student(app, course, lesson, item, options)
-                ahead.popleft()
-                item.jobs.clear()  # its graded notebooks: memory by the window, not the class
-                forget(item.name)
-                journal.mark({
-                    "student": result.student, "status": result.status, "stamp": item.stamp,
-                    "score": result.score, "max_score": result.max_score,
-                    "error": result.error, "at": time.time(),
-                })  # fmt: skip
-                results.append(result)
-                bar.update(1)
+            graded = {i.name: r for i, r in grade(todo, 2 * workers + 1, workers == 1)}
+            # Out of time in a sandbox with no CPU quota while others ran beside it: a
+            # neighbour that took the processors may be to blame. Once the class is done, each
+            # such student is graded again with no other sandbox running.
+            again = [item for item in todo if workers > 1 and graded[item.name].crowded]
+            bar.total += len(again)
+            for item, result in grade(again, 1, True):
+                result.regraded = True
+                result.problems.insert(0, REGRADED)
+                graded[item.name] = result
+            results += graded.values()
     finally:
         bar.close()
         pool.close()
@@ -362,6 +388,7 @@ def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOp
         converter.log.removeHandler(handler)
         coursedir.student_id = "*"
     result = StudentResult(shown, "graded", seconds=round(time.monotonic() - item.started, 3))
+    result.crowded = any(r.get("crowded") for r in results.values())
     result.score, result.max_score = _score(coursedir, lesson, item.name)
     result.problems = _problems(results.values())
     if options.feedback:
@@ -447,13 +474,18 @@ def summary_table(results: list[StudentResult]) -> str:
         f"\n{len(graded)} graded ({sum(r.status == 'skipped' for r in results)} "
         f"already done), {len(refused)} refused, {len(errors)} with errors"
     )
+    again = sum(r.regraded for r in results)
+    if again:
+        lines.append(f"{again} graded again alone: {REGRADED.split(': ', 1)[1]}")
     return "\n".join(lines)
 
 
 def write_csv(results: list[StudentResult], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", "status", "score", "max_score", "seconds", "problems", "error"])
+        writer.writerow(
+            ["student", "status", "score", "max_score", "seconds", "problems", "error", "regraded"]
+        )
         for r in results:
             writer.writerow(
                 [
@@ -464,5 +496,6 @@ def write_csv(results: list[StudentResult], path: Path) -> None:
                     r.seconds,
                     "; ".join(r.problems),
                     r.error,
+                    r.regraded,
                 ]
             )

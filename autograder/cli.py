@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         "--budget", type=float, default=300.0, help="seconds per notebook, checks included (300)"
     )
     batch.add_argument("--memory", type=int, default=2048, help="MB of memory per submission")
+    batch.add_argument(
+        "--cpus",
+        type=float,
+        default=1.0,
+        help="cores each submission may use at once, where a cgroup can cap it (1; 0: no cap)",
+    )
     batch.add_argument("--json", action="store_true", help="print the results as JSON")
     batch.add_argument("--csv", type=Path, help="also write the results to this CSV file")
     batch.add_argument("--force", action="store_true", help="regrade students already graded")
@@ -201,6 +207,7 @@ def _batch(args) -> int:
         budget=max(args.budget, timeout),
         memory_mb=args.memory,
         cpu_seconds=max(120, int(args.budget)),
+        cpus=args.cpus,
     )
     results = run_batch(course, args.lesson, options, pool)
     if args.csv:

@@ -42,6 +42,7 @@ class Graded:
     verdicts: list[scoring.Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    crowded: bool = False  # ran out of time in a sandbox with no CPU quota: others may be to blame
 
     def as_dict(self) -> dict:
         return {
@@ -49,6 +50,7 @@ class Graded:
             "verdicts": [asdict(v) for v in self.verdicts],
             "notes": self.notes,
             "seconds": self.seconds,
+            "crowded": self.crowded,
         }
 
 
@@ -162,10 +164,11 @@ def grade(
     started = time.monotonic()
     found = Graded()
     steps, sources = grading_steps(nb), code_sources(nb)
-    decided, notes = None, []
+    decided, notes, runners = None, [], []
     if demos is not None:
         first = Graded()
         runner = Runner(template, limits, dict(files or {}), student=student)
+        runners.append(runner)
         try:
             run_steps(runner, steps, sources, first)
         finally:
@@ -173,10 +176,12 @@ def grade(
         explained = explain_missing(nb, first)
         decided, notes, template = by_cell(explained), list(runner.notes), demos
     runner = Runner(template, limits, dict(files or {}), student=student)
+    runners.append(runner)
     try:
         run_steps(runner, steps, sources, found, decided)
     finally:
         runner.close()
     found.notes = list(dict.fromkeys(notes + runner.notes))
+    found.crowded = any(r.out_of_time and r.uncapped for r in runners)
     found.seconds = round(time.monotonic() - started, 3)
     return found

@@ -37,7 +37,7 @@ class Limits:
     memory_mb: int = 2048  # resident memory of the whole sandbox
     cpu_seconds: int = 600  # CPU time of each sandbox process
     processes: int = 64  # processes and threads of the whole sandbox
-    cpus: float = 1.0  # cores the whole sandbox may use at once (where a cgroup can cap it)
+    cpus: float = 1.0  # cores the whole sandbox may use at once (where a cgroup can cap it; 0: all)
     tmp_mb: int = 64  # the sandbox's private /tmp
     max_output: int = 2 * 2**20  # bytes of outputs kept for the whole notebook
     restarts: int = 8  # fresh sandboxes after a crash, per notebook
@@ -85,7 +85,8 @@ class Cgroup:
     ) -> Cgroup | None:
         """A new cgroup with these limits, or None when the machine does not let us make one.
 
-        ``cpus`` cores at most for all its processes together, where the CPU controller lets us.
+        ``cpus`` cores at most for all its processes together, where the CPU controller lets us
+        (0 or None: no quota).
         """
         own = _own_cgroups()
         if "" in own:
@@ -94,7 +95,7 @@ class Cgroup:
             places = {c: CGROUP_ROOT / c / own[c].lstrip("/") / name for c in ("memory", "pids")}
         else:
             return None
-        if cpus is not None and "" not in places and "cpu" in own:
+        if cpus and "" not in places and "cpu" in own:
             _sweep(CGROUP_ROOT / "cpu" / own["cpu"].lstrip("/"))
         for path in places.values():
             _sweep(path.parent)
@@ -113,7 +114,7 @@ class Cgroup:
         except OSError:
             group.remove()
             return None
-        if cpus is not None:
+        if cpus:
             group._cap_cpu(own, name, cpus)
         return group
 

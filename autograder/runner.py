@@ -72,6 +72,8 @@ class Runner:
     launches: int = 0
     kept: int = 0  # output characters kept so far
     notes: list[str] = field(default_factory=list)
+    out_of_time: bool = False  # a cell, a call or the budget ran out of time
+    uncapped: bool = False  # a sandbox ran without a CPU quota (its neighbours could slow it)
     peak: int = 0  # most memory seen while measuring (see measure())
     _measuring: bool = False
     _callbacks: dict = field(default_factory=dict)  # key → trusted function, during a request
@@ -175,6 +177,7 @@ class Runner:
             if self.launches > self.limits.restarts:
                 raise Fault("NotRun", "the notebook's process was restarted too many times")
             if self.left() <= 0:
+                self.out_of_time = True
                 raise Fault("BudgetExceeded", self._budget_text())
             self.launches += 1
             try:
@@ -183,6 +186,8 @@ class Runner:
             except SandboxError as error:
                 self.notes.append(str(error))
                 raise Fault("SandboxError", str(error)) from None
+            if self.box.cgroup is None or not self.box.cgroup.cpu_capped:
+                self.uncapped = True
             try:
                 self._setup()
                 return self.box
@@ -221,6 +226,7 @@ class Runner:
             try:
                 return self._reply(seq, deadline)
             except _Late:
+                self.out_of_time = True
                 if on_late is None or budget_bound:
                     raise
                 raise _Interrupted(on_late(seq)) from None

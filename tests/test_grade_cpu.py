@@ -5,7 +5,8 @@ an honest student graded at the same time run out of time. The attacker forks as
 processes as its process limit allows, each in a session of its own (so that the kernel's
 per-session scheduling groups give each a share as large as a whole sandbox's), and then holds its
 sandbox open until its budget ends. Three honest students are graded on the other worker in the
-meantime; each must keep every point.
+meantime; each must keep every point: under a CPU quota because none runs out of time, without
+one because each who did is graded again, alone.
 """
 
 from __future__ import annotations
@@ -53,21 +54,42 @@ def spinning_notebook():
 def test_a_sandbox_that_spins_every_core_costs_its_neighbours_nothing(tmp_path):
     if not limits.can_cap_cpu():
         pytest.skip("no cgroup with a CPU controller to cap a sandbox's share of the machine")
+    course, results = _grade_beside_a_spinner(tmp_path)
+    for name in HONEST:
+        assert scores(course, name) == full(course), (name, results[name])
+        assert not results[name]["regraded"], "under a CPU quota no neighbour runs out of time"
+
+
+def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again_alone(tmp_path):
+    """Where no sandbox can be capped (a normal user, no CPU controller; here ``--cpus 0``), the
+    spinner takes the processors from its neighbours until they run out of time. Every student
+    who ran out of time in an uncapped sandbox is graded again once the class is done, alone, with
+    no other sandbox running: the honest ones then keep every point."""
+    course, results = _grade_beside_a_spinner(tmp_path, "--cpus", "0")
+    for name in HONEST:
+        assert scores(course, name) == full(course), (name, results[name])
+    assert any(results[name]["regraded"] for name in HONEST), "the spinner hurt no one: no test"
+    assert results["a-spins"]["regraded"]
+    journal = (course / ".attn-grade" / f"{LESSON}.jsonl").read_text().splitlines()
+    finished = [json.loads(line)["student"] for line in journal]
+    assert sorted(finished) == sorted(results), "a first grade to be redone was journaled as done"
+
+
+def _grade_beside_a_spinner(tmp_path, *extra: str):
     course = make_course(tmp_path, [LESSON])
     submit(course, LESSON, "a-spins", spinning_notebook())  # first: beside the honest ones
     for name in HONEST:
         submit(course, LESSON, name, honest_notebook())
     batch = subprocess.run(
         [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
-         "--workers", "2", "--timeout", str(TIMEOUT), "--budget", str(BUDGET)],
+         "--workers", "2", "--timeout", str(TIMEOUT), "--budget", str(BUDGET), *extra],
         cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
         timeout=600,
     )  # fmt: skip
     assert batch.stdout.strip(), batch.stderr[-3000:]
     results = {r["student"]: r for r in json.loads(batch.stdout)}
     assert set(results) == {"a-spins", *HONEST}
-    for name in HONEST:
-        assert scores(course, name) == full(course), (name, results[name])
+    return course, results
 
 
 def test_as_root_a_mounted_cpu_controller_caps_every_sandbox():
