@@ -34,10 +34,12 @@ SPINNERS = 56  # under the sandbox's limit of 64 processes and threads
 HONEST = ["b-honest", "c-honest", "d-honest"]
 
 SPIN = f"""
-import os
+import os, time
+start = time.monotonic() + 1  # all at once, so that forking them is not slowed by the first
 for _ in range({SPINNERS}):
     if os.fork() == 0:
         os.setsid()  # a scheduling group of its own
+        time.sleep(max(start - time.monotonic(), 0))
         while True:
             pass
 """
@@ -68,11 +70,14 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     course, results = _grade_beside_a_spinner(tmp_path, "--cpus", "0")
     for name in HONEST:
         assert scores(course, name) == full(course), (name, results[name])
-    assert any(results[name]["regraded"] for name in HONEST), "the spinner hurt no one: no test"
-    assert results["a-spins"]["regraded"]
     journal = (course / ".attn-grade" / f"{LESSON}.jsonl").read_text().splitlines()
     finished = [json.loads(line)["student"] for line in journal]
     assert sorted(finished) == sorted(results), "a first grade to be redone was journaled as done"
+    assert results["a-spins"]["regraded"]
+    hurt = any(results[name]["regraded"] for name in HONEST)
+    if not hurt and os.geteuid() != 0:  # seen as a normal user: its own sandbox starved first
+        pytest.skip("the spinner made no honest student run out of time here: nothing to redo")
+    assert hurt, "the spinner made no honest student run out of time: this shows nothing"
 
 
 def _grade_beside_a_spinner(tmp_path, *extra: str):

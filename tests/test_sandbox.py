@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -312,6 +313,26 @@ print("done")
             pass
     assert survivors == []
     assert template.alive() and limits_mod.alive(os.getpid())
+
+
+def test_an_interrupt_that_comes_too_late_is_dropped(template):
+    """The grader interrupts a cell at its timeout; a cell that finished in that moment gets the
+    interrupt after its reply, while the sandbox waits for the next request (a starved sandbox
+    often does). It must cost nothing: not the sandbox, not the next cell's output."""
+    runner = Runner(template, Limits(timeout=3, budget=60))
+    try:
+        assert printed(runner.run(0, "x = 1\nprint('first')").outputs) == "first\n"
+        os.kill(runner.box.executor, signal.SIGINT)
+        time.sleep(0.3)
+        assert runner.run(1, "print('second', x)").outputs == [
+            {"output_type": "stream", "name": "stdout", "text": "second 1\n"}
+        ]
+        assert runner.launches == 1
+        late = runner.run(2, "import time\ntime.sleep(30)")  # an interrupt in time still works
+        names = [o.get("ename") for o in late.outputs]
+        assert names[-2:] == ["KeyboardInterrupt", "CellTimeoutError"], late.outputs
+    finally:
+        runner.close()
 
 
 def test_a_killed_grader_leaves_nothing_running(tmp_path):

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import io
 import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -167,9 +168,15 @@ class Executor:
         }
 
     def serve(self, sock) -> None:
-        """One reply per request, until ``bye`` or the trusted side goes away."""
+        """One reply per request, until ``bye`` or the trusted side goes away.
+
+        The trusted side interrupts (SIGINT) a request that is over time. Only a request may be
+        interrupted: between requests — reading one, sending a reply — SIGINT is blocked, and
+        one that came too late (for a request already answered) is dropped before the next.
+        """
         self.sock = sock
         sys.stdout, sys.stderr = self.out, self.err
+        _interruptible(False)
         while True:
             try:
                 request, buffers = protocol.recv(sock)
@@ -182,10 +189,13 @@ class Executor:
             try:
                 if handler is None:
                     raise ValueError(f"unknown request {str(op)[:40]!r}")
+                _interruptible(True)
                 reply, blobs = handler(request, buffers)
                 reply = {"ok": True, **reply}
             except BaseException as error:  # noqa: BLE001 — nothing may stop the loop but death
                 reply, blobs = {"ok": False, **_describe_error(error)}, []
+            finally:
+                _interruptible(False)
             sys.stdout, sys.stderr = self.out, self.err
             protocol.send(sock, {**reply, "seq": request.get("seq")}, blobs)
 
@@ -318,6 +328,21 @@ class Remote:
                 str(reply.get("evalue", ""))
             )
         return _like_arguments((*args, *kwargs.values()), protocol.decode(reply.get("result"), got))
+
+
+def _interruptible(yes: bool) -> None:
+    """Let SIGINT in (dropping one that waited: it was for a request already answered), or hold
+    it off. A KeyboardInterrupt that slips in while holding it off is for a request just done."""
+    if yes:
+        signal.sigtimedwait({signal.SIGINT}, 0)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        return
+    while True:
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def _like_arguments(args: tuple, result: object) -> object:
