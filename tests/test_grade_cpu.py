@@ -43,20 +43,22 @@ for _ in range({SPINNERS}):
         while True:
             pass
 """
-HOLD = f"import time\ntime.sleep({TIMEOUT - 2})\n"
 
 
-def spinning_notebook():
+def spinning_notebook(timeout: int, budget: int):
+    """An honest notebook that starts the spinners first and holds its sandbox until its budget
+    ends (cells of a sleep just under the timeout)."""
     nb = honest_notebook()
     nb.cells.insert(1, new_code_cell(SPIN))
-    nb.cells.extend(new_code_cell(HOLD) for _ in range(BUDGET // (TIMEOUT - 2) + 1))
+    hold = f"import time\ntime.sleep({timeout - 2})\n"
+    nb.cells.extend(new_code_cell(hold) for _ in range(budget // (timeout - 2) + 1))
     return nb
 
 
 def test_a_sandbox_that_spins_every_core_costs_its_neighbours_nothing(tmp_path):
     if not limits.can_cap_cpu():
         pytest.skip("no cgroup with a CPU controller to cap a sandbox's share of the machine")
-    course, results = _grade_beside_a_spinner(tmp_path)
+    course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT, BUDGET)
     for name in HONEST:
         assert scores(course, name) == full(course), (name, results[name])
         assert not results[name]["regraded"], "under a CPU quota no neighbour runs out of time"
@@ -67,7 +69,7 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     spinner takes the processors from its neighbours until they run out of time. Every student
     who ran out of time in an uncapped sandbox is graded again once the class is done, alone, with
     no other sandbox running: the honest ones then keep every point."""
-    course, results = _grade_beside_a_spinner(tmp_path, "--cpus", "0")
+    course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT // 2, BUDGET // 2, "--cpus", "0")
     for name in HONEST:
         assert scores(course, name) == full(course), (name, results[name])
     journal = (course / ".attn-grade" / f"{LESSON}.jsonl").read_text().splitlines()
@@ -80,14 +82,14 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     assert hurt, "the spinner made no honest student run out of time: this shows nothing"
 
 
-def _grade_beside_a_spinner(tmp_path, *extra: str):
+def _grade_beside_a_spinner(tmp_path, timeout: int, budget: int, *extra: str):
     course = make_course(tmp_path, [LESSON])
-    submit(course, LESSON, "a-spins", spinning_notebook())  # first: beside the honest ones
+    submit(course, LESSON, "a-spins", spinning_notebook(timeout, budget))  # beside the others
     for name in HONEST:
         submit(course, LESSON, name, honest_notebook())
     batch = subprocess.run(
         [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
-         "--workers", "2", "--timeout", str(TIMEOUT), "--budget", str(BUDGET), *extra],
+         "--workers", "2", "--timeout", str(timeout), "--budget", str(budget), *extra],
         cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
         timeout=600,
     )  # fmt: skip
