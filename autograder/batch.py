@@ -133,7 +133,8 @@ class StudentResult:
         }
 
 
-REGRADED = "graded again alone: out of time beside others, no CPU quota"
+CROWDED = "out of time beside others, no CPU quota"
+REGRADED = f"graded again alone: {CROWDED}"
 
 
 @dataclass
@@ -273,13 +274,14 @@ def _run(
             nbgrader_plugin.sanitizing_ahead() as forget,
             one_engine(),
         ):
-            graded = {i.name: r for i, r in grade(todo, 2 * workers + 1, workers == 1)}
             # Out of time in a sandbox with no CPU quota while others ran beside it: a
             # neighbour that took the processors may be to blame. Once the class is done, each
             # such student is graded again with no other sandbox running.
-            again = [item for item in todo if workers > 1 and graded[item.name].crowded]
+            beside = workers > 1
+            graded = {i.name: r for i, r in grade(todo, 2 * workers + 1, final=not beside)}
+            again = [item for item in todo if beside and graded[item.name].crowded]
             bar.total += len(again)
-            for item, result in grade(again, 1, True):
+            for item, result in grade(again, 1, final=True):
                 result.regraded = True
                 result.problems.insert(0, REGRADED)
                 graded[item.name] = result
@@ -476,7 +478,7 @@ def summary_table(results: list[StudentResult]) -> str:
     )
     again = sum(r.regraded for r in results)
     if again:
-        lines.append(f"{again} graded again alone: {REGRADED.split(': ', 1)[1]}")
+        lines.append(f"{again} graded again alone: {CROWDED}")
     return "\n".join(lines)
 
 

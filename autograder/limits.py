@@ -95,8 +95,6 @@ class Cgroup:
             places = {c: CGROUP_ROOT / c / own[c].lstrip("/") / name for c in ("memory", "pids")}
         else:
             return None
-        if cpus and "" not in places and "cpu" in own:
-            _sweep(CGROUP_ROOT / "cpu" / own["cpu"].lstrip("/"))
         for path in places.values():
             _sweep(path.parent)
         group = cls({}, v2="" in places)
@@ -127,6 +125,7 @@ class Cgroup:
         if "cpu" not in own:
             return
         path = CGROUP_ROOT / "cpu" / own["cpu"].lstrip("/") / name
+        _sweep(path.parent)
         try:
             path.mkdir()
         except OSError:
