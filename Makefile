@@ -17,6 +17,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Installed by Jupyter (jupyter-events asks for jsonschema[format-nongpl]) and removed again:
+# rfc3987-syntax compiles its grammars when jsonschema is imported, 2-3 s of CPU in every Jupyter
+# server, nbgrader command and notebook reader that starts (jsonschema issue #1392), for the "iri"
+# format checks no schema here uses; without it jsonschema skips them (docs/instructors.md).
+SLOW_IMPORTS := rfc3987-syntax
 # nbgrader runs `alembic` (and we run jupyter, ruff, pytest) from PATH: the venv comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
@@ -57,6 +62,7 @@ $(STAMP): pyproject.toml
 	}
 	@echo "Installing the project and its dependencies into $(VENV)/ (the first time takes a while) ..."
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip uninstall --quiet --disable-pip-version-check --yes $(SLOW_IMPORTS)
 	@touch $@
 
 # nbgrader 0.9 ships its JupyterLab extensions prebuilt and pip enables its server extensions on

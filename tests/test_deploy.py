@@ -113,6 +113,20 @@ def test_image_installs_this_project_and_nothing_else():
         assert copied[name].rstrip("/") in (workdir, f"{workdir}/{name}"), (name, copied[name])
 
 
+def test_image_removes_what_the_makefile_removes():
+    """The packages the Makefile uninstalls after installing (slow to import, unused) leave the
+    image too, in the step that installs the project."""
+    from test_packaging import SLOW_IMPORTS
+
+    (run,) = [a for i, a in _dockerfile() if i == "RUN" and "pip install" in a]
+    commands = [shlex.split(c) for c in re.split(r"&&|;", run)]
+    installs = [n for n, w in enumerate(commands) if w[:2] == ["pip", "install"]]
+    removes = [w for w in commands[installs[0] + 1 :] if w[:2] == ["pip", "uninstall"]]
+    assert removes and sorted(w for r in removes for w in r[2:] if not w.startswith("-")) == sorted(
+        SLOW_IMPORTS
+    ), removes
+
+
 def test_image_takes_torch_from_the_cpu_index():
     ((_, words),) = _pip_installs(_dockerfile())
     assert "--extra-index-url" in words

@@ -242,12 +242,41 @@ def test_make_creates_the_venv_and_reinstalls_when_pyproject_changes(tmp_path):
 
     fresh = _make("-n", "test", cwd=_scratch_project(tmp_path / "fresh", installed=False)).stdout
     assert "-m venv .venv" in fresh and install in fresh
+    removed = f"-m pip uninstall --quiet --disable-pip-version-check --yes {' '.join(SLOW_IMPORTS)}"
+    assert fresh.index(install) < fresh.index(removed), fresh  # after every install
 
     project = _scratch_project(tmp_path / "installed", installed=True)
     assert install not in _make("-n", "test", cwd=project).stdout
 
     os.utime(project / "pyproject.toml", (3_000_000, 3_000_000))  # newer than the stamp
     assert install in _make("-n", "test", cwd=project).stdout
+
+
+def slow_imports() -> list[str]:
+    """The packages the Makefile removes after installing (its SLOW_IMPORTS)."""
+    for line in (REPO / "Makefile").read_text(encoding="utf-8").splitlines():
+        if line.startswith("SLOW_IMPORTS :="):
+            return line.split(":=", 1)[1].split()
+    raise AssertionError("the Makefile sets no SLOW_IMPORTS")
+
+
+SLOW_IMPORTS = slow_imports()
+
+
+@pytest.mark.skipif(
+    Path(sys.prefix).resolve() != (REPO / ".venv").resolve(),
+    reason="runs in the environment `make` installs (.venv/)",
+)
+def test_a_jupyter_program_here_compiles_no_iri_grammars():
+    """jsonschema, which every Jupyter server and nbgrader command imports, finds no
+    rfc3987-syntax to import (2-3 s of CPU at each start): the Makefile removed it."""
+    assert SLOW_IMPORTS == ["rfc3987-syntax"]
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, nbformat; print(sorted(sys.modules))"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "jsonschema" in done.stdout and "rfc3987_syntax" not in done.stdout
 
 
 @needs_make
