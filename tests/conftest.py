@@ -55,6 +55,18 @@ def _private_temp_dir(tmp_path_factory):
     assert not left, f"left behind in the temp dir: {left}"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _releases_made_once(tmp_path_factory):
+    """Courses the tests release with nbgrader share one release of each set of lessons per run:
+    in the folder all of pytest-xdist's workers share, or this process's own without them."""
+    import course
+
+    base = tmp_path_factory.getbasetemp()
+    course.RELEASES = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "releases"
+    yield
+    course.RELEASES = None
+
+
 @pytest.fixture(scope="session")
 def chromium():
     """Debian's Chromium for the browser tests, installed once if missing; skip without it."""

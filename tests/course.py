@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -10,6 +11,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's bin: nbgrader runs `alembic` from PATH
+
+# Where the suite keeps each set of lessons it has released once (set by tests/conftest.py, one
+# folder for all of a run's processes); None releases every course anew.
+RELEASES: Path | None = None
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -32,7 +37,16 @@ def nbgrader(course: Path, *args: str, timeout: float = 900) -> subprocess.Compl
 
 def make_course(root: Path, lessons: list[str], extra_config: str = "") -> Path:
     """Copy the course config (plus ``extra_config`` lines) and sources to ``root`` and release
-    ``lessons`` there."""
+    ``lessons`` there: a copy of the run's first release of the same lessons, when the config is
+    the course's own (the gradebook and ``lessons/`` are what ``generate_assignment`` wrote)."""
+    if extra_config or RELEASES is None:
+        return release(root, lessons, extra_config)
+    shutil.copytree(released(lessons), root, dirs_exist_ok=True)
+    return root
+
+
+def release(root: Path, lessons: list[str], extra_config: str = "") -> Path:
+    """Make the course at ``root`` with ``nbgrader generate_assignment``, one lesson at a time."""
     config = (REPO / "nbgrader_config.py").read_text(encoding="utf-8")
     (root / "nbgrader_config.py").write_text(config + extra_config, encoding="utf-8")
     shutil.copytree(
@@ -42,3 +56,20 @@ def make_course(root: Path, lessons: list[str], extra_config: str = "") -> Path:
         done = nbgrader(root, "generate_assignment", lesson, "--force")
         assert done.returncode == 0, f"nbgrader generate_assignment {lesson}:\n{done.stderr}"
     return root
+
+
+def released(lessons: list[str]) -> Path:
+    """The run's course with ``lessons`` released, made by the first process that asks (the
+    others wait for it on a lock) and never changed after."""
+    assert RELEASES is not None
+    key = "+".join(lessons)
+    course = RELEASES / key
+    RELEASES.mkdir(parents=True, exist_ok=True)
+    with open(RELEASES / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not course.exists():
+            part = RELEASES / f"{key}.part"
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir()
+            course = release(part, lessons).rename(course)
+    return course
