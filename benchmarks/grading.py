@@ -6,7 +6,8 @@
 
 Builds a scratch nbgrader course from this repository (``nbgrader generate_assignment``) and
 submits ``--students`` notebooks made from the lesson's source notebook — honest ones and classic
-bugs, the made-up students of tests/test_grade_students.py in turn. Then, each on its own copy of
+bugs, the made-up students of tests/test_grade_students.py in turn (for a lesson with none
+there, the honest solution and the blank release in turn). Then, each on its own copy of
 the course, as an instructor would run them (wall clock of the whole command, a fresh process):
 
 * ``nbgrader autograde`` with nbgrader's **stock** pipeline (a Jupyter kernel per notebook, the
@@ -76,7 +77,8 @@ def make_course(root: Path, lesson: str, students: int) -> list[str]:
     _, done = _run([str(BIN / "nbgrader"), "generate_assignment", lesson, "--force"], root)
     if done.returncode:
         raise SystemExit(f"nbgrader generate_assignment failed:\n{done.stderr}")
-    kinds = list(STUDENTS[lesson].items())
+    # a lesson with no made-up students of its own: honest ones and blank releases, in turn
+    kinds = list(STUDENTS.get(lesson, {"honest": {}, "blank": "release"}).items())
     names = []
     for n in range(students):
         kind, edits = kinds[n % len(kinds)]
