@@ -46,6 +46,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from test_grade_students import STUDENTS, student_notebook, submit  # noqa: E402
 
+from benchmarks.machine import cpu_model  # noqa: E402
+
 STOCK_CONFIG = """\
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "attention"
@@ -192,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         "students": n,
         "workers": args.workers,
         "machine": {
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_model(),  # the model: this machine's host has changed between days
+            "kernel": platform.release(),
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "load_before": os.getloadavg()[0],

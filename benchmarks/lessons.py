@@ -24,6 +24,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from benchmarks.machine import cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 BUDGET = {"06-build-and-train": 300.0}  # seconds; every other lesson: DEFAULT_BUDGET
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 **run_lesson(path, args.executed),
             }
     result = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "machine": {"cpu": cpu_model(), "kernel": platform.release(), "cores": os.cpu_count(),
                     "python": platform.python_version(), "load_before": os.getloadavg()[0]},
         "notebooks": rows,
     }  # fmt: skip
