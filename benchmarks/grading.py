@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -46,7 +45,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from test_grade_students import STUDENTS, student_notebook, submit  # noqa: E402
 
-from benchmarks.machine import cpu_model  # noqa: E402
+from benchmarks.machine import run_context  # noqa: E402
 
 STOCK_CONFIG = """\
 c = get_config()  # noqa: F821
@@ -194,11 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "students": n,
         "workers": args.workers,
         "machine": {
-            "cpu": cpu_model(),  # the model: this machine's host has changed between days
-            "kernel": platform.release(),
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_before": os.getloadavg()[0],
+            **run_context(),
             "as_root": os.geteuid() == 0,
         },
         "seconds": {way: round(v["seconds"], 2) for way, v in ways.items()},

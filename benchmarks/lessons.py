@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from benchmarks.machine import cpu_model
+from benchmarks.machine import run_context
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -72,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 **run_lesson(path, args.executed),
             }
     result = {
-        "machine": {"cpu": cpu_model(), "kernel": platform.release(), "cores": os.cpu_count(),
-                    "python": platform.python_version(), "load_before": os.getloadavg()[0]},
+        "machine": run_context(),
         "notebooks": rows,
     }  # fmt: skip
     lines = [

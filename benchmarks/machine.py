@@ -22,6 +22,18 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def run_context() -> dict[str, Any]:
+    """What a benchmark's results are written beside: the CPU's model and the kernel (this
+    machine's host has changed between days), cores, Python, the load average at the start."""
+    return {
+        "cpu": cpu_model(),
+        "kernel": platform.release(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_before": os.getloadavg()[0],
+    }
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on."""
     if hasattr(os, "sched_getaffinity"):
