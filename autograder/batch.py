@@ -324,8 +324,14 @@ def one_engine():
 
 def _submissions(coursedir: CourseDirectory, lesson: str) -> list[tuple[str, Path]]:
     """``(student folder name, submission folder)`` for every ``submitted/*/LESSON``."""
+    return student_folders(coursedir, coursedir.submitted_directory, lesson)
+
+
+def student_folders(coursedir: CourseDirectory, step: str, lesson: str) -> list[tuple[str, Path]]:
+    """``(student folder name, folder)`` for every ``STEP/*/LESSON`` of the course's layout
+    (``step``: ``submitted``, ``autograded``, ...), in the order of the names' bytes."""
     marker = "\x00student\x00"
-    root, rest = coursedir.format_path(coursedir.submitted_directory, marker, lesson).split(marker)
+    root, rest = coursedir.format_path(step, marker, lesson).split(marker)
     if not os.path.isdir(root):
         return []
     found = []
@@ -370,26 +376,20 @@ def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOp
 
     shown = submission.shown(item.name)
     coursedir = app.coursedir
-    coursedir.student_id = item.name
-    log = io.StringIO()
-    handler = logging.StreamHandler(log)
-    handler.setLevel(logging.ERROR)
     converter = Autograde(coursedir=coursedir, parent=app)
     converter.force = True
-    converter.log.addHandler(handler)
     results: dict[str, dict] = {}
     try:
         if converter.create_student:
             ensure_student(coursedir.db_url, coursedir.course_id, item.name)
         with nbgrader_plugin.supply(kept=results):
-            converter.start()
-    except Exception as error:  # noqa: BLE001 — one student's failure never stops the batch
-        return StudentResult(shown, "error", error=_first_error(log.getvalue(), error),
-                             seconds=round(time.monotonic() - item.started, 3))  # fmt: skip
-    finally:
-        converter.log.removeHandler(handler)
-        coursedir.student_id = "*"
-    result = StudentResult(shown, "graded", seconds=round(time.monotonic() - item.started, 3))
+            error = run_converter(converter, item.name)
+    except Exception as failure:  # noqa: BLE001 — one student's failure never stops the batch
+        error = first_error("", failure)
+    seconds = round(time.monotonic() - item.started, 3)
+    if error:
+        return StudentResult(shown, "error", error=error, seconds=seconds)
+    result = StudentResult(shown, "graded", seconds=seconds)
     result.crowded = any(r.get("crowded") for r in results.values())
     result.score, result.max_score = _score(coursedir, lesson, item.name)
     result.problems = _problems(results.values())
@@ -418,7 +418,27 @@ def ensure_student(db_url: str, course_id: str, student: str, tries: int = 3) ->
                     raise
 
 
-def _first_error(log: str, error: BaseException) -> str:
+def run_converter(converter, student: str) -> str:
+    """``converter.start()`` (an nbgrader converter) for one student folder, named as it is, not
+    as a pattern: "" if it succeeded, else its first error, from nbgrader's log or the
+    exception. The course directory is set to that student for this run only."""
+    coursedir = converter.coursedir
+    coursedir.student_id = student
+    log = io.StringIO()
+    handler = logging.StreamHandler(log)
+    handler.setLevel(logging.ERROR)
+    converter.log.addHandler(handler)
+    try:
+        converter.start()
+    except Exception as error:  # noqa: BLE001 — one student's failure never stops the others
+        return first_error(log.getvalue(), error)
+    finally:
+        converter.log.removeHandler(handler)
+        coursedir.student_id = "*"
+    return ""
+
+
+def first_error(log: str, error: BaseException) -> str:
     lines = [line for line in log.splitlines() if line.strip()]
     for line in reversed(lines):
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Refused)\b", line.strip()):

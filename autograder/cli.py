@@ -6,6 +6,7 @@
                      [--dask ADDRESS|local:N] [--no-isolation]
     attn-grade report (LESSON | --all) --course DIR [--html PATH] [--csv DIR] [--json]
                       [--stuck N]
+    attn-grade feedback LESSON --course DIR [--workers N] [--force] [--json] [--no-progress]
 
 See docs/grading.md.
 """
@@ -82,6 +83,22 @@ def _parser() -> argparse.ArgumentParser:
         help="run learner code without a sandbox (DANGEROUS: never for a class)",
     )
 
+    feedback = sub.add_parser(
+        "feedback", help="nbgrader's HTML feedback for every graded student, several at a time"
+    )
+    feedback.add_argument("lesson")
+    feedback.add_argument("--course", type=Path, default=Path("."), help="nbgrader course folder")
+    feedback.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="students at a time, each in a process of its own (default: one per core)",
+    )
+    feedback.add_argument("--force", action="store_true", help="write feedback already written")
+    feedback.add_argument("--json", action="store_true", help="print the results as JSON")
+    feedback.add_argument("--no-progress", action="store_true")
+    feedback.add_argument("--log-level", default="ERROR", help="nbgrader's log level (ERROR)")
+
     report = sub.add_parser(
         "report", help="class analytics: scores, named mistakes, mastery, stuck students"
     )
@@ -123,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return _check(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "feedback":
+        return _feedback(args)
     return _batch(args)
 
 
@@ -159,8 +178,7 @@ def _batch(args) -> int:
     warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's own SAWarnings
 
     course = args.course.resolve()
-    if not (course / "nbgrader_config.py").exists() and not (course / "gradebook.db").exists():
-        print(f"attn-grade: {course} does not look like an nbgrader course", file=sys.stderr)
+    if not _is_course(course):
         return 2
     if args.no_isolation:
         isolation = "none"
@@ -219,6 +237,32 @@ def _batch(args) -> int:
     return 1 if any(r.status in ("error", "refused") for r in results) else 0
 
 
+def _feedback(args) -> int:
+    import warnings
+
+    from . import class_feedback
+
+    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's own SAWarnings
+    course = args.course.resolve()
+    if not _is_course(course):
+        return 2
+    results = class_feedback.write_feedback(
+        course,
+        args.lesson,
+        workers=args.workers,
+        force=args.force,
+        progress=not args.no_progress and not args.json,
+        log_level=args.log_level,
+    )
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
+    else:
+        print(class_feedback.summary(results))
+    if not results:
+        print(f"attn-grade feedback: no student has autograded/*/{args.lesson}", file=sys.stderr)
+    return 1 if any(r.status in ("error", "refused") for r in results) else 0
+
+
 def _report(args) -> int:
     import warnings
 
@@ -229,8 +273,7 @@ def _report(args) -> int:
         print("attn-grade report: name a lesson, or give --all", file=sys.stderr)
         return 2
     course = args.course.resolve()
-    if not (course / "nbgrader_config.py").exists() and not (course / "gradebook.db").exists():
-        print(f"attn-grade: {course} does not look like an nbgrader course", file=sys.stderr)
+    if not _is_course(course):
         return 2
     try:
         after = report.STUCK_AFTER if args.stuck is None else max(1, args.stuck)
@@ -251,6 +294,14 @@ def _report(args) -> int:
     elif not (args.html or args.csv):
         print(report.text_summary(reports))
     return 0
+
+
+def _is_course(course: Path) -> bool:
+    """Whether ``course`` looks like an nbgrader course folder; says so on stderr if not."""
+    if (course / "nbgrader_config.py").exists() or (course / "gradebook.db").exists():
+        return True
+    print(f"attn-grade: {course} does not look like an nbgrader course", file=sys.stderr)
+    return False
 
 
 def _user() -> str:

@@ -19,6 +19,9 @@ the course, as an instructor would run them (wall clock of the whole command, a 
 * ``attn-grade batch --dask local:N`` for every N of ``--scaling`` (default 1, 2, 4): the same
   engine on a Dask ``LocalCluster`` of N single-threaded workers, to see how it scales.
 
+Then the feedback pages of the class the batch graded, on two copies of it: ``nbgrader
+generate_feedback`` against ``attn-grade feedback --workers N`` (the same files, byte for byte).
+
 It checks that every way gives every student the same score, and measures the sandbox alone:
 ``--spawns`` times, a fresh sandbox is started, runs one cell and is torn down, with namespaces
 and without. Results go to ``DIR/grading.md`` and ``DIR/grading.json`` (default
@@ -144,6 +147,8 @@ def grade_all_ways(
         if done.returncode not in (0, 1):
             print(done.stdout[-2000:], done.stderr[-3000:], file=sys.stderr)
         found[way] = {"seconds": seconds, "scores": scores(course, lesson)}
+    batch = base / f"way{list(ways).index('attn-grade batch')}"
+    feedback = feedback_both_ways(base, batch, lesson, workers)
     baseline = found["nbgrader, stock pipeline"]["scores"]
     differ = sorted(
         {
@@ -153,7 +158,31 @@ def grade_all_ways(
             if way["scores"].get(name) != baseline.get(name)
         }
     )
-    return {"names": names, "ways": found, "differ": differ}
+    return {"names": names, "ways": found, "differ": differ, "feedback": feedback}
+
+
+def feedback_both_ways(base: Path, graded: Path, lesson: str, workers: int) -> dict:
+    """The class's feedback pages, written by ``nbgrader generate_feedback`` and by
+    ``attn-grade feedback --workers N``, each on its own copy of the graded course: the seconds
+    each took, and whether they wrote the same files."""
+    commands = {
+        "nbgrader generate_feedback": [str(BIN / "nbgrader"), "generate_feedback", lesson],
+        f"attn-grade feedback (--workers {workers})": [
+            str(BIN / "attn-grade"), "feedback", lesson, "--course", ".", "--no-progress",
+            "--workers", str(workers),
+        ],
+    }  # fmt: skip
+    seconds, pages = {}, []
+    for n, (way, args) in enumerate(commands.items()):
+        course = base / f"feedback{n}"
+        shutil.copytree(graded, course, ignore=shutil.ignore_patterns("feedback"))
+        seconds[way], done = _run(args, course)
+        if done.returncode:
+            print(done.stdout[-2000:], done.stderr[-3000:], file=sys.stderr)
+        folder = course / "feedback"
+        pages.append({str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*")
+                      if f.is_file()})  # fmt: skip
+    return {"seconds": seconds, "same_pages": bool(pages[0]) and pages[0] == pages[1]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,13 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         },
         "same_scores": not graded["differ"],
         "differ": graded["differ"],
+        "feedback_seconds": {k: round(v, 2) for k, v in graded["feedback"]["seconds"].items()},
+        "same_feedback_pages": graded["feedback"]["same_pages"],
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "grading.json").write_text(json.dumps(result, indent=2) + "\n")
     table = report_markdown(result, argv if argv is not None else sys.argv[1:])
     (args.out / "grading.md").write_text(table)
     print(table)
-    return 0 if result["same_scores"] else 1
+    return 0 if result["same_scores"] and result["same_feedback_pages"] else 1
 
 
 def report_markdown(r: dict, argv: list[str]) -> str:
@@ -244,6 +275,12 @@ def report_markdown(r: dict, argv: list[str]) -> str:
         f"namespaces, {none['median']:.3f} s without (max {ns['max']:.3f} s and "
         f"{none['max']:.3f} s)",
         f"- same score for every student, every way: {same}",
+        "- feedback pages for the class graded by `attn-grade batch`: "
+        + ", ".join(
+            f"{way} {v:.1f} s ({v / n:.2f} s per student)"
+            for way, v in r["feedback_seconds"].items()
+        )  # fmt: skip
+        + f"; the same files both ways: {'yes' if r['same_feedback_pages'] else 'NO'}",
         f"- machine: {r['machine']['cpu']}, {r['machine']['cores']} cores, Python "
         f"{r['machine']['python']}, load average {r['machine']['load_before']:.2f} at the start, "
         f"{'as root (cgroups)' if r['machine']['as_root'] else 'not root (watchdog)'}",

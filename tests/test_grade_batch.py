@@ -155,3 +155,89 @@ def test_both_ways_keep_every_verdict_in_the_course_history(courses, lesson):
             failed = {v["name"] for v in entry["verdicts"] if not v["passed"]}
             lost = {cell for (who, cell), score in scores.items() if who == student and not score}
             assert {f"test_{name}" for name in failed} <= lost, (student, failed, lost)
+
+
+# ---------------------------------------------------------------------------------------------
+# attn-grade feedback: nbgrader's pages, several students at a time
+
+
+def tree(folder) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder``: its bytes and its permission bits, by relative path."""
+    return {
+        str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mode & 0o7777)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def with_feedback(courses, tmp_path_factory):
+    """Lesson 01 as graded by attn-grade, copied twice: feedback by nbgrader in one copy, by
+    ``attn-grade feedback`` on two workers in the other."""
+    ours, _, _ = courses
+    lesson = "01-scoring"
+    by_nbgrader = tmp_path_factory.mktemp("feedback-nbgrader")
+    by_us = tmp_path_factory.mktemp("feedback-attn-grade")
+    for course in (by_nbgrader, by_us):
+        shutil.copytree(ours, course, dirs_exist_ok=True, ignore=shutil.ignore_patterns("feedback"))
+    done = nbgrader(by_nbgrader, "generate_feedback", lesson)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = attn_grade(by_us, "feedback", lesson, "--course", str(by_us), "--workers", "2", "--json")
+    return by_nbgrader, by_us, run
+
+
+def test_attn_grade_feedback_writes_nbgraders_pages_byte_for_byte(with_feedback):
+    by_nbgrader, by_us, run = with_feedback
+    lesson = "01-scoring"
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = {r["student"]: r for r in json.loads(run.stdout)}
+    assert set(results) == set(STUDENTS[lesson])
+    assert {r["status"] for r in results.values()} == {"written"}
+    theirs, ours = tree(by_nbgrader / "feedback"), tree(by_us / "feedback")
+    assert sorted(ours) == sorted(theirs)
+    for student in STUDENTS[lesson]:  # a page and the Markdown feedback, for every student
+        assert f"{student}/{lesson}/{lesson}.html" in ours
+        assert f"{student}/{lesson}/attn-feedback.md" in ours
+    differ = [path for path in theirs if ours[path] != theirs[path]]
+    assert not differ, f"not nbgrader's bytes or permissions: {differ}"
+
+
+def test_attn_grade_feedback_skips_what_is_written_unless_forced(with_feedback):
+    _, by_us, _ = with_feedback
+    lesson = "01-scoring"
+    before = tree(by_us / "feedback")
+    page = by_us / "feedback" / "honest" / lesson / f"{lesson}.html"
+    page.write_text("an instructor's edit")  # nbgrader keeps it: the page is not older
+    again = attn_grade(by_us, "feedback", lesson, "--course", str(by_us), "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {r["status"] for r in json.loads(again.stdout)} == {"skipped"}
+    assert page.read_text() == "an instructor's edit"
+    forced = attn_grade(by_us, "feedback", lesson, "--course", str(by_us), "--json", "--force")
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert {r["status"] for r in json.loads(forced.stdout)} == {"written"}
+    assert tree(by_us / "feedback") == before
+
+
+def test_attn_grade_feedback_a_broken_or_odd_student_costs_only_that_student(
+    with_feedback, tmp_path
+):
+    _, by_us, _ = with_feedback
+    lesson = "01-scoring"
+    course = tmp_path / "course"
+    shutil.copytree(by_us, course, ignore=shutil.ignore_patterns("feedback"))
+    broken = course / "autograded" / "no-eps" / lesson / f"{lesson}.ipynb"
+    broken.write_text('{"cells": [')  # cut short
+    odd = course / "autograded" / "a[b]" / lesson  # nbgrader would read the name as a pattern
+    shutil.copytree(course / "autograded" / "honest" / lesson, odd)
+    done = attn_grade(course, "feedback", lesson, "--course", str(course), "--json")
+    assert done.returncode == 1
+    results = {r["student"]: r for r in json.loads(done.stdout)}
+    assert results["no-eps"]["status"] == "error" and results["no-eps"]["error"]
+    assert results["a[b]"]["status"] == "refused" and "pattern" in results["a[b]"]["error"]
+    assert not (course / "feedback" / "a[b]").exists()
+    assert not (course / "feedback" / "no-eps" / lesson / f"{lesson}.html").exists()
+    others = set(STUDENTS[lesson]) - {"no-eps"}
+    assert {results[s]["status"] for s in others} == {"written"}
+    text = attn_grade(course, "feedback", lesson, "--course", str(course))
+    assert text.returncode == 1
+    assert "no-eps: error" in text.stdout and "a[b]: refused" in text.stdout

@@ -96,11 +96,19 @@ def graded(tmp_path_factory):
     time.sleep(6)  # the daemon would strike 4 s after its sandbox ended
     left = sorted(os.listdir(tmp))
     assert batch.stdout.strip(), batch.stderr[-3000:]
-    for course in (ours, theirs):
-        assert nbgrader(course, "generate_feedback", LESSON).returncode in (0, 1)
+    # the feedback pages: attn-grade's two workers for ours, nbgrader's one process for theirs
+    feedback = subprocess.run(
+        [str(BIN / "attn-grade"), "feedback", LESSON, "--course", str(ours), "--json",
+         "--workers", "2"],
+        cwd=ours, env=env(JUPYTERHUB_API_TOKEN=SECRET, TMPDIR=str(tmp)), capture_output=True,
+        text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )  # fmt: skip
+    assert feedback.returncode in (0, 1), feedback.stderr[-3000:]
+    assert nbgrader(theirs, "generate_feedback", LESSON).returncode in (0, 1)
     results = {r["student"]: r for r in json.loads(batch.stdout)}
     return {"ours": ours, "theirs": theirs, "attacks": attacks, "results": results,
-            "seconds": seconds, "plain": plain, "temp": left}  # fmt: skip
+            "seconds": seconds, "plain": plain, "temp": left,
+            "feedback": {r["student"]: r for r in json.loads(feedback.stdout)}}  # fmt: skip
 
 
 def scores(course: Path, student: str) -> dict[str, float] | None:
@@ -169,6 +177,14 @@ def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
     assert graded["seconds"] < 3 * BUDGET + 240, graded["seconds"]
     for name in HONEST + ODD_NAMES:
         assert results[name]["status"] == "graded" and results[name]["score"] == 17
+
+
+def test_every_graded_student_gets_a_feedback_page_and_only_they(graded):
+    written = {s for s, r in graded["feedback"].items() if r["status"] == "written"}
+    graded_ones = {s for s, r in graded["results"].items() if r["status"] == "graded"}
+    assert written == graded_ones
+    for name in HONEST + ODD_NAMES:
+        assert (graded["ours"] / "feedback" / name / LESSON / f"{LESSON}.html").is_file()
 
 
 @pytest.mark.parametrize("way", ["ours", "theirs"])
