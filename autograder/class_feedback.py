@@ -142,7 +142,7 @@ def write_feedback(
                 unit="student",
                 disable=not progress,
                 leave=False,
-            ) as bar,  # fmt: skip
+            ) as bar,
         ):
             futures = {executor.submit(_write, name, force): name for name in todo}
             for future in cf.as_completed(futures):

@@ -69,7 +69,10 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     spinner takes the processors from its neighbours until they run out of time. Every student
     who ran out of time in an uncapped sandbox is graded again once the class is done, alone, with
     no other sandbox running: the honest ones then keep every point."""
-    course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT // 2, BUDGET // 2, "--cpus", "0")
+    # A short timeout, so that a starved cell of an honest neighbour runs out of it for sure; the
+    # whole budget, so that the spinner still holds its sandbox when the neighbours graded after
+    # the first one start (with half of it, a full run of the suite once saw none hurt).
+    course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT // 2, BUDGET, "--cpus", "0")
     for name in HONEST:
         assert scores(course, name) == full(course), (name, results[name])
     journal = (course / ".attn-grade" / f"{LESSON}.jsonl").read_text().splitlines()
@@ -79,7 +82,7 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     hurt = any(results[name]["regraded"] for name in HONEST)
     if not hurt and os.geteuid() != 0:  # seen as a normal user: its own sandbox starved first
         pytest.skip("the spinner made no honest student run out of time here: nothing to redo")
-    assert hurt, "the spinner made no honest student run out of time: this shows nothing"
+    assert hurt, f"the spinner made no honest student run out of time: this shows nothing {results}"
 
 
 def _grade_beside_a_spinner(tmp_path, timeout: int, budget: int, *extra: str):
