@@ -3,7 +3,7 @@
 ``nbgrader generate_feedback LESSON`` writes ``feedback/STUDENT/LESSON/*.html`` one student after
 another, in one process: about a second of CPU per notebook (nbconvert renders the page, then
 parses it again to add alternative texts and tab stops), on one core. For a class of hundreds it
-takes longer than ``attn-grade batch`` took to grade it.
+takes about as long as ``attn-grade batch`` took to grade it on two cores.
 
 This command runs the same converter — nbgrader's ``GenerateFeedback``, with the course's
 configuration, through its public API as the batch runs ``Autograde`` — for ``workers`` students
