@@ -226,6 +226,7 @@ def test_attn_grade_feedback_a_broken_or_odd_student_costs_only_that_student(
     course = tmp_path / "course"
     shutil.copytree(by_us, course, ignore=shutil.ignore_patterns("feedback"))
     broken = course / "autograded" / "no-eps" / lesson / f"{lesson}.ipynb"
+    broken.unlink()  # nbgrader left it read-only
     broken.write_text('{"cells": [')  # cut short
     odd = course / "autograded" / "a[b]" / lesson  # nbgrader would read the name as a pattern
     shutil.copytree(course / "autograded" / "honest" / lesson, odd)
