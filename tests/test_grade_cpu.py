@@ -1,12 +1,13 @@
 """A notebook that keeps every core busy costs the students graded beside it nothing.
 
 Budgets and timeouts are wall clock, so a sandbox that takes the CPU from the others could make
-an honest student graded at the same time run out of time. The attacker forks as many spinning
-processes as its process limit allows, each in a session of its own (so that the kernel's
-per-session scheduling groups give each a share as large as a whole sandbox's), and then holds its
-sandbox open until its budget ends. Three honest students are graded on the other worker in the
-meantime; each must keep every point: under a CPU quota because none runs out of time, without
-one because each who did is graded again, alone.
+an honest student graded at the same time run out of time. The attacker answers every exercise,
+then forks as many spinning processes as its process limit allows, each in a session of its own
+(so that the kernel's per-session scheduling groups give each a share as large as a whole
+sandbox's), and holds its sandbox open until its budget ends with cells that need no CPU. Three
+honest students are graded on the other worker in the meantime; each must keep every point: under
+a CPU quota because none runs out of time, without one because each who did is graded again,
+alone.
 """
 
 from __future__ import annotations
@@ -32,10 +33,15 @@ pytestmark = [
 TIMEOUT, BUDGET = 10, 20
 SPINNERS = 56  # under the sandbox's limit of 64 processes and threads
 HONEST = ["b-honest", "c-honest", "d-honest"]
+WORK = 1.5  # CPU-seconds of an honest student's own experiment
+START = 4  # seconds from the spinning cell to the spinning
 
+# The spinners start all at once (so that forking them is not slowed by the first), a few
+# seconds after the cell: the other worker, whose templates warm while this one's do, is then
+# grading beside them, not still warming where they would starve it past the spinner's budget.
 SPIN = f"""
 import os, time
-start = time.monotonic() + 1  # all at once, so that forking them is not slowed by the first
+start = time.monotonic() + {START}
 for _ in range({SPINNERS}):
     if os.fork() == 0:
         os.setsid()  # a scheduling group of its own
@@ -44,14 +50,34 @@ for _ in range({SPINNERS}):
             pass
 """
 
+# An honest learner's experiment: it needs WORK seconds of one processor, whatever the machine.
+EXPERIMENT = f"""
+import time
+start = time.process_time()
+while time.process_time() - start < {WORK}:
+    pass
+"""
+
 
 def spinning_notebook(timeout: int, budget: int):
-    """An honest notebook that starts the spinners first and holds its sandbox until its budget
-    ends (cells of a sleep just under the timeout)."""
+    """The lesson's notebook with the spinners started right after its first code cell and its
+    sandbox then held until its budget ends, with cells of a sleep well under the timeout: a cell
+    that needs no CPU finishes in time however starved its kernel is, so the sandbox, and every
+    spinner in it, lives until the budget ends instead of being stopped (and started again) by a
+    cell out of time. Its answers are never reached: an attacker needs none."""
     nb = honest_notebook()
-    nb.cells.insert(1, new_code_cell(SPIN))
-    hold = f"import time\ntime.sleep({timeout - 2})\n"
-    nb.cells.extend(new_code_cell(hold) for _ in range(budget // (timeout - 2) + 1))
+    hold = f"import time\ntime.sleep({timeout / 5:g})\n"
+    holds = [new_code_cell(hold) for _ in range(5 * budget // timeout + 1)]
+    nb.cells[2:2] = [new_code_cell(SPIN), *holds]
+    return nb
+
+
+def busy_notebook():
+    """An honest notebook whose last cell is the learner's own experiment of ``WORK``
+    CPU-seconds: well inside the shorter timeout with a processor to itself, far outside it at
+    the share that a sandbox of spinners leaves (under a fifth of a processor)."""
+    nb = honest_notebook()
+    nb.cells.append(new_code_cell(EXPERIMENT))
     return nb
 
 
@@ -70,8 +96,8 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     who ran out of time in an uncapped sandbox is graded again once the class is done, alone, with
     no other sandbox running: the honest ones then keep every point."""
     # A short timeout, so that a starved cell of an honest neighbour runs out of it for sure; the
-    # whole budget, so that the spinner still holds its sandbox when the neighbours graded after
-    # the first one start (with half of it, a full run of the suite once saw none hurt).
+    # whole budget, so that the spinners outlive the neighbour graded beside the spinner's own
+    # answers and starve the next one from its start.
     course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT // 2, BUDGET, "--cpus", "0")
     for name in HONEST:
         assert scores(course, name) == full(course), (name, results[name])
@@ -80,8 +106,6 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     assert sorted(finished) == sorted(results), "a first grade to be redone was journaled as done"
     assert results["a-spins"]["regraded"]
     hurt = any(results[name]["regraded"] for name in HONEST)
-    if not hurt and os.geteuid() != 0:  # seen as a normal user: its own sandbox starved first
-        pytest.skip("the spinner made no honest student run out of time here: nothing to redo")
     assert hurt, f"the spinner made no honest student run out of time: this shows nothing {results}"
 
 
@@ -89,7 +113,7 @@ def _grade_beside_a_spinner(tmp_path, timeout: int, budget: int, *extra: str):
     course = make_course(tmp_path, [LESSON])
     submit(course, LESSON, "a-spins", spinning_notebook(timeout, budget))  # beside the others
     for name in HONEST:
-        submit(course, LESSON, name, honest_notebook())
+        submit(course, LESSON, name, busy_notebook())
     batch = subprocess.run(
         [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
          "--workers", "2", "--timeout", str(timeout), "--budget", str(budget), *extra],
