@@ -1,13 +1,12 @@
 """A notebook that keeps every core busy costs the students graded beside it nothing.
 
 Budgets and timeouts are wall clock, so a sandbox that takes the CPU from the others could make
-an honest student graded at the same time run out of time. The attacker answers every exercise,
-then forks as many spinning processes as its process limit allows, each in a session of its own
-(so that the kernel's per-session scheduling groups give each a share as large as a whole
-sandbox's), and holds its sandbox open until its budget ends with cells that need no CPU. Three
-honest students are graded on the other worker in the meantime; each must keep every point: under
-a CPU quota because none runs out of time, without one because each who did is graded again,
-alone.
+an honest student graded at the same time run out of time. The attacker forks as many spinning
+processes as its process limit allows, each in a session of its own (so that the kernel's
+per-session scheduling groups give each a share as large as a whole sandbox's), and holds its
+sandbox open until its budget ends with cells that need no CPU. Three honest students are graded
+on the other worker in the meantime; each must keep every point: under a CPU quota because none
+runs out of time, without one because each who did is graded again, alone.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ for _ in range({SPINNERS}):
             pass
 """
 
-# An honest learner's experiment: it needs WORK seconds of one processor, whatever the machine.
 EXPERIMENT = f"""
 import time
 start = time.process_time()
@@ -68,14 +66,15 @@ def spinning_notebook(timeout: int, budget: int):
     nb = honest_notebook()
     hold = f"import time\ntime.sleep({timeout / 5:g})\n"
     holds = [new_code_cell(hold) for _ in range(5 * budget // timeout + 1)]
-    nb.cells[2:2] = [new_code_cell(SPIN), *holds]
+    first = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code")
+    nb.cells[first + 1 : first + 1] = [new_code_cell(SPIN), *holds]
     return nb
 
 
 def busy_notebook():
     """An honest notebook whose last cell is the learner's own experiment of ``WORK``
-    CPU-seconds: well inside the shorter timeout with a processor to itself, far outside it at
-    the share that a sandbox of spinners leaves (under a fifth of a processor)."""
+    CPU-seconds on any machine: well inside the shorter timeout with a processor to itself,
+    outside it with less than ``WORK / timeout`` of one, as beside a sandbox of spinners."""
     nb = honest_notebook()
     nb.cells.append(new_code_cell(EXPERIMENT))
     return nb
@@ -95,9 +94,8 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     spinner takes the processors from its neighbours until they run out of time. Every student
     who ran out of time in an uncapped sandbox is graded again once the class is done, alone, with
     no other sandbox running: the honest ones then keep every point."""
-    # A short timeout, so that a starved cell of an honest neighbour runs out of it for sure; the
-    # whole budget, so that the spinners outlive the neighbour graded beside the spinner's own
-    # answers and starve the next one from its start.
+    # A short timeout, so that a neighbour's starved experiment runs out of it for sure; the whole
+    # budget, so that the spinners are still spinning when it runs.
     course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT // 2, BUDGET, "--cpus", "0")
     for name in HONEST:
         assert scores(course, name) == full(course), (name, results[name])
