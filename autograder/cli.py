@@ -173,12 +173,8 @@ def _check(args) -> int:
 
 
 def _batch(args) -> int:
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's own SAWarnings
-
-    course = args.course.resolve()
-    if not _is_course(course):
+    course = _course(args.course)
+    if course is None:
         return 2
     if args.no_isolation:
         isolation = "none"
@@ -238,13 +234,10 @@ def _batch(args) -> int:
 
 
 def _feedback(args) -> int:
-    import warnings
-
     from . import class_feedback
 
-    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's own SAWarnings
-    course = args.course.resolve()
-    if not _is_course(course):
+    course = _course(args.course)
+    if course is None:
         return 2
     results = class_feedback.write_feedback(
         course,
@@ -264,16 +257,13 @@ def _feedback(args) -> int:
 
 
 def _report(args) -> int:
-    import warnings
-
     from . import report
 
-    warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's own SAWarnings
     if bool(args.lesson) == bool(args.all):
         print("attn-grade report: name a lesson, or give --all", file=sys.stderr)
         return 2
-    course = args.course.resolve()
-    if not _is_course(course):
+    course = _course(args.course)
+    if course is None:
         return 2
     try:
         after = report.STUCK_AFTER if args.stuck is None else max(1, args.stuck)
@@ -296,12 +286,21 @@ def _report(args) -> int:
     return 0
 
 
-def _is_course(course: Path) -> bool:
-    """Whether ``course`` looks like an nbgrader course folder; says so on stderr if not."""
+def _course(path: Path) -> Path | None:
+    """``path`` resolved, when it looks like an nbgrader course folder; else None, said on stderr.
+
+    Every command that opens the course's gradebook comes through here, so nbgrader's own
+    SQLAlchemy warnings ("... not in session ...", about its gradebook's internals, nothing a
+    user can act on) are silenced here once.
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*not in session.*")
+    course = path.resolve()
     if (course / "nbgrader_config.py").exists() or (course / "gradebook.db").exists():
-        return True
+        return course
     print(f"attn-grade: {course} does not look like an nbgrader course", file=sys.stderr)
-    return False
+    return None
 
 
 def _user() -> str:

@@ -242,3 +242,15 @@ def test_attn_grade_feedback_a_broken_or_odd_student_costs_only_that_student(
     text = attn_grade(course, "feedback", lesson, "--course", str(course))
     assert text.returncode == 1
     assert "no-eps: error" in text.stdout and "a[b]: refused" in text.stdout
+
+
+@pytest.mark.parametrize("command", ["batch", "feedback", "report"])
+def test_a_folder_that_is_no_course_is_one_clear_line_for_every_class_command(tmp_path, command):
+    """Every command that opens a course's gradebook says plainly when its folder is not one,
+    before it starts anything (no worker, no gradebook made there)."""
+    folder = tmp_path / "not-a-course"
+    (folder / "submitted" / "alice" / "01-scoring").mkdir(parents=True)
+    done = attn_grade(tmp_path, command, "01-scoring", "--course", str(folder), timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip() == f"attn-grade: {folder} does not look like an nbgrader course"
+    assert sorted(p.name for p in folder.iterdir()) == ["submitted"]  # nothing written there
