@@ -141,18 +141,28 @@ class OtherProcessesCpu:
         self.share = max(0.0, (busy - mine) / total) if total > 0 else 0.0
 
 
+def process_ticks(pid: int | str = "self") -> int | None:
+    """Clock ticks of CPU (user + system, all threads) charged to process ``pid``; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
 def _cpu_ticks() -> tuple[int, int, int] | None:
     """(all ticks, busy ticks) of the machine and busy ticks of this process, or None."""
     try:
         with open("/proc/stat") as f:
             values = [int(x) for x in f.readline().split()[1:]]
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
+        return None
+    mine = process_ticks()
+    if mine is None:
         return None
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
     total = sum(values[:8])  # user nice system idle iowait irq softirq steal (not guest)
-    mine = int(fields[11]) + int(fields[12])  # utime + stime, all threads
     return total, total - idle, mine
 
 

@@ -1,0 +1,146 @@
+"""Where one submission's CPU goes, cell by cell, in a real sandbox.
+
+    .venv/bin/python -m benchmarks.cells [--lesson 02-softmax-masking] [--runs 5]
+                                         [--isolation namespaces|none] [--cpus 1] [--json]
+
+Grades a lesson's source notebook (the solutions, so every check passes) ``--runs`` times with
+the grader's own engine (:func:`autograder.engine.run_steps`, in sandboxes from one warm
+template, as ``attn-grade batch`` does) and reads, around every code cell, the CPU time the
+kernel has charged to the sandbox's executor — the process that runs the learner's cells —
+from ``/proc/PID/stat``. A graded test cell's row includes the calls its hidden checks made
+into the sandbox just before it. Beside each row: the CPU this (trusted) process spent on the
+step, the hidden checks and the protocol.
+
+The table shows the median of each row over the runs, the heaviest first; the grader's other
+costs (nbgrader's pipeline in the batch's process, the template's start) are not in it:
+``python -m benchmarks.grading`` measures the whole batch. Compare ``--isolation none`` or
+``--cpus 0`` against the defaults to see what the sandbox itself costs a notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from autograder import engine
+from autograder.limits import Limits
+from autograder.runner import Runner
+from autograder.template import Template
+from benchmarks.machine import process_ticks, run_context
+
+REPO = Path(__file__).resolve().parents[1]
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU the kernel has charged to process ``pid`` (0 once it is gone)."""
+    return (process_ticks(pid) or 0) / TICKS
+
+
+class TimedRunner(Runner):
+    """A :class:`Runner` that records the executor's and its own CPU around every cell."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rows: dict[int, tuple[float, float]] = {}  # cell index → (sandbox s, trusted s)
+        self._seen = (0.0, time.process_time())  # executor CPU, ours, at the last cell's end
+        self._executor = None
+
+    def _executor_cpu(self) -> float:
+        if self.box is None:
+            return 0.0
+        if self.box.executor != self._executor:  # a fresh sandbox: its executor starts at 0
+            self._executor, self._seen = self.box.executor, (0.0, self._seen[1])
+        return cpu_seconds(self.box.executor)
+
+    def run(self, index, source, *args, **kwargs):
+        ran = super().run(index, source, *args, **kwargs)
+        sandbox, ours = self._executor_cpu(), time.process_time()
+        self.rows[index] = (sandbox - self._seen[0], ours - self._seen[1])
+        self._seen = (sandbox, ours)
+        return ran
+
+
+def profile(nb: dict, template: Template, limits: Limits) -> dict[int, tuple[float, float]]:
+    """One grading of ``nb``: cell index → (the executor's CPU, this process's CPU) for it."""
+    runner = TimedRunner(template, limits)
+    try:
+        engine.run_steps(runner, engine.grading_steps(nb), engine.code_sources(nb), engine.Graded())
+    finally:
+        runner.close()
+    if runner.launches != 1:
+        raise RuntimeError(f"the sandbox was started {runner.launches} times: {runner.notes}")
+    return runner.rows
+
+
+def first_line(nb: dict, index: int) -> str:
+    cell = nb["cells"][index]
+    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    text = engine.source_of(cell).strip().splitlines()
+    return grade_id or (text[0][:60] if text else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lesson", default="02-softmax-masking")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--isolation", choices=("namespaces", "none"), default="namespaces")
+    parser.add_argument("--cpus", type=float, default=1.0, help="the sandbox's CPU quota (0: none)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args(argv)
+    path = REPO / "solutions" / args.lesson / f"{args.lesson}.ipynb"
+    if not path.is_file():
+        parser.error(f"no source notebook {path}")
+    nb = nbformat.read(path, as_version=4)
+    os.chdir(path.parent)  # as nbgrader runs a notebook: beside its files
+    limits = Limits(timeout=120, budget=1200, cpus=args.cpus)
+    context = run_context()
+    with Template(args.lesson, args.isolation) as template:
+        runs = [profile(nb, template, limits) for _ in range(max(1, args.runs))]
+    cells = sorted(runs[0], key=lambda i: -statistics.median(r[i][0] for r in runs))
+    rows = [
+        {
+            "cell": i,
+            "what": first_line(nb, i),
+            "sandbox_s": round(statistics.median(r[i][0] for r in runs), 3),
+            "trusted_s": round(statistics.median(r[i][1] for r in runs), 3),
+        }
+        for i in cells
+    ]
+    totals = [sum(s for s, _ in r.values()) for r in runs]
+    summary = {
+        "lesson": args.lesson,
+        "runs": len(runs),
+        "isolation": args.isolation,
+        "cpus": args.cpus,
+        "sandbox_total_s": round(statistics.median(totals), 3),
+        "trusted_total_s": round(statistics.median(sum(t for _, t in r.values()) for r in runs), 3),
+        "machine": context,
+        "cells": rows,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{args.lesson}: {len(runs)} gradings, isolation {args.isolation}, cpus {args.cpus:g}; "
+          f"{context['cpu']}, {context['cores']} cores")  # fmt: skip
+    print(f"sandbox CPU per notebook (median): {summary['sandbox_total_s']:.2f} s "
+          f"(runs: {', '.join(f'{t:.2f}' for t in totals)}); "
+          f"this process: {summary['trusted_total_s']:.2f} s")  # fmt: skip
+    print("| cell | what | sandbox CPU s | share | trusted CPU s |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        share = row["sandbox_s"] / summary["sandbox_total_s"] if summary["sandbox_total_s"] else 0
+        print(f"| {row['cell']} | `{row['what']}` | {row['sandbox_s']:.3f} | {share:.0%} | "
+              f"{row['trusted_s']:.3f} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
