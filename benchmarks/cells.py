@@ -4,12 +4,13 @@
                                          [--isolation namespaces|none] [--cpus 1] [--json]
 
 Grades a lesson's source notebook (the solutions, so every check passes) ``--runs`` times with
-the grader's own engine (:func:`autograder.engine.run_steps`, in sandboxes from one warm
-template, as ``attn-grade batch`` does) and reads, around every code cell, the CPU time the
-kernel has charged to the sandbox's executor — the process that runs the learner's cells —
-from ``/proc/PID/stat``. A graded test cell's row includes the calls its hidden checks made
-into the sandbox just before it. Beside each row: the CPU this (trusted) process spent on the
-step, the hidden checks and the protocol.
+the grader's own engine (:func:`autograder.engine.run_steps`, in sandboxes from a warm
+template, as ``attn-grade batch`` does; twice, as the engine does, for a lesson whose
+demonstrations need its own exercises: lesson 06) and reads, around every code cell, the CPU
+time the kernel has charged to the sandbox's executor — the process that runs the learner's
+cells — from ``/proc/PID/stat``. A graded test cell's row includes the calls its hidden checks
+made into the sandbox just before it. Beside each row: the CPU this (trusted) process spent on
+the step, the hidden checks and the protocol.
 
 The table shows the median of each row over the runs, the heaviest first; the grader's other
 costs (nbgrader's pipeline in the batch's process, the template's start) are not in it:
@@ -20,6 +21,7 @@ costs (nbgrader's pipeline in the batch's process, the template's start) are not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import engine
+from autograder import engine, view
 from autograder.limits import Limits
 from autograder.runner import Runner
 from autograder.template import Template
@@ -68,16 +70,32 @@ class TimedRunner(Runner):
         return ran
 
 
-def profile(nb: dict, template: Template, limits: Limits) -> dict[int, tuple[float, float]]:
-    """One grading of ``nb``: cell index → (the executor's CPU, this process's CPU) for it."""
-    runner = TimedRunner(template, limits)
-    try:
-        engine.run_steps(runner, engine.grading_steps(nb), engine.code_sources(nb), engine.Graded())
-    finally:
-        runner.close()
-    if runner.launches != 1:
-        raise RuntimeError(f"the sandbox was started {runner.launches} times: {runner.notes}")
-    return runner.rows
+def profile(
+    nb: dict, template: Template, demos: Template | None, limits: Limits
+) -> dict[int, tuple[float, float]]:
+    """One grading of ``nb``: cell index → (the executor's CPU, this process's CPU) for it.
+
+    As :func:`autograder.engine.grade` does, a lesson with demonstrations (``demos``) runs twice:
+    in a sandbox from ``template`` to decide the verdicts, then from ``demos`` for the outputs;
+    a cell's row is what it cost in both.
+    """
+    steps, sources = engine.grading_steps(nb), engine.code_sources(nb)
+    rows: dict[int, tuple[float, float]] = {}
+    decided = None
+    for edition in (template, demos) if demos is not None else (template,):
+        found = engine.Graded()
+        runner = TimedRunner(edition, limits)
+        try:
+            engine.run_steps(runner, steps, sources, found, decided)
+        finally:
+            runner.close()
+        if runner.launches != 1:
+            raise RuntimeError(f"the sandbox was started {runner.launches} times: {runner.notes}")
+        for index, (sandbox, ours) in runner.rows.items():
+            before = rows.get(index, (0.0, 0.0))
+            rows[index] = (before[0] + sandbox, before[1] + ours)
+        decided = engine.by_cell(engine.explain_missing(nb, found))
+    return rows
 
 
 def first_line(nb: dict, index: int) -> str:
@@ -99,11 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         parser.error(f"no source notebook {path}")
     nb = nbformat.read(path, as_version=4)
-    os.chdir(path.parent)  # as nbgrader runs a notebook: beside its files
     limits = Limits(timeout=120, budget=1200, cpus=args.cpus)
     context = run_context()
-    with Template(args.lesson, args.isolation) as template:
-        runs = [profile(nb, template, limits) for _ in range(max(1, args.runs))]
+    with contextlib.ExitStack() as stack:
+        template = stack.enter_context(Template(args.lesson, args.isolation))
+        demos = (
+            stack.enter_context(Template(args.lesson, args.isolation, demos=True))
+            if view.has_demos(args.lesson)
+            else None
+        )
+        runs = [profile(nb, template, demos, limits) for _ in range(max(1, args.runs))]
     cells = sorted(runs[0], key=lambda i: -statistics.median(r[i][0] for r in runs))
     rows = [
         {
