@@ -53,18 +53,12 @@ class TimedRunner(Runner):
         super().__init__(*args, **kwargs)
         self.rows: dict[int, tuple[float, float]] = {}  # cell index → (sandbox s, trusted s)
         self._seen = (0.0, time.process_time())  # executor CPU, ours, at the last cell's end
-        self._executor = None
-
-    def _executor_cpu(self) -> float:
-        if self.box is None:
-            return 0.0
-        if self.box.executor != self._executor:  # a fresh sandbox: its executor starts at 0
-            self._executor, self._seen = self.box.executor, (0.0, self._seen[1])
-        return cpu_seconds(self.box.executor)
 
     def run(self, index, source, *args, **kwargs):
         ran = super().run(index, source, *args, **kwargs)
-        sandbox, ours = self._executor_cpu(), time.process_time()
+        # one sandbox per run (profile() refuses a restart), so its executor's CPU only grows
+        sandbox = cpu_seconds(self.box.executor) if self.box is not None else self._seen[0]
+        ours = time.process_time()
         self.rows[index] = (sandbox - self._seen[0], ours - self._seen[1])
         self._seen = (sandbox, ours)
         return ran
