@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from attnlib import checks
@@ -151,9 +152,11 @@ def grade(
     files: dict[str, bytes] | None = None,
     student: str = "",
     demos: Template | None = None,
+    runner_type: Callable[..., Runner] = Runner,
 ) -> Graded:
     """Grade the (sanitized) notebook ``nb`` of ``student`` in sandboxes from ``template``; see
-    the module doc.
+    the module doc. ``runner_type`` makes the runners: :class:`Runner`, or what measures each
+    cell for a benchmark (``benchmarks.cells``).
 
     ``demos`` is the template of the demonstrations' edition, for a lesson whose figures need
     the course's implementations of its own exercises (:func:`autograder.view.has_demos`). The
@@ -167,7 +170,7 @@ def grade(
     decided, notes, runners = None, [], []
     if demos is not None:
         first = Graded()
-        runner = Runner(template, limits, dict(files or {}), student=student)
+        runner = runner_type(template, limits, dict(files or {}), student=student)
         runners.append(runner)
         try:
             run_steps(runner, steps, sources, first)
@@ -175,7 +178,7 @@ def grade(
             runner.close()
         explained = explain_missing(nb, first)
         decided, notes, template = by_cell(explained), list(runner.notes), demos
-    runner = Runner(template, limits, dict(files or {}), student=student)
+    runner = runner_type(template, limits, dict(files or {}), student=student)
     runners.append(runner)
     try:
         run_steps(runner, steps, sources, found, decided)

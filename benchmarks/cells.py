@@ -4,13 +4,13 @@
                                          [--isolation namespaces|none] [--cpus 1] [--json]
 
 Grades a lesson's source notebook (the solutions, so every check passes) ``--runs`` times with
-the grader's own engine (:func:`autograder.engine.run_steps`, in sandboxes from a warm
-template, as ``attn-grade batch`` does; twice, as the engine does, for a lesson whose
-demonstrations need its own exercises: lesson 06) and reads, around every code cell, the CPU
-time the kernel has charged to the sandbox's executor — the process that runs the learner's
-cells — from ``/proc/PID/stat``. A graded test cell's row includes the calls its hidden checks
-made into the sandbox just before it. Beside each row: the CPU this (trusted) process spent on
-the step, the hidden checks and the protocol.
+the grader's own engine (:func:`autograder.engine.grade`, in sandboxes from a warm template, as
+``attn-grade batch`` does; twice for a lesson whose demonstrations need its own exercises,
+lesson 06) and reads, around every code cell, the CPU time the kernel has charged to the
+sandbox's executor — the process that runs the learner's cells — from ``/proc/PID/stat``. A
+graded test cell's row includes the calls its hidden checks made into the sandbox just before
+it. Beside each row: the CPU this (trusted) process spent on the step, the hidden checks and
+the protocol.
 
 The table shows the median of each row over the runs, the heaviest first; the grader's other
 costs (nbgrader's pipeline in the batch's process, the template's start) are not in it:
@@ -67,28 +67,23 @@ class TimedRunner(Runner):
 def profile(
     nb: dict, template: Template, demos: Template | None, limits: Limits
 ) -> dict[int, tuple[float, float]]:
-    """One grading of ``nb``: cell index → (the executor's CPU, this process's CPU) for it.
+    """One grading of ``nb`` by :func:`autograder.engine.grade` itself: cell index → (the
+    executor's CPU, this process's CPU) for it. A lesson with demonstrations (``demos``) runs
+    twice there, to decide the verdicts and then for the outputs; a cell's row is both."""
+    runners: list[TimedRunner] = []
 
-    As :func:`autograder.engine.grade` does, a lesson with demonstrations (``demos``) runs twice:
-    in a sandbox from ``template`` to decide the verdicts, then from ``demos`` for the outputs;
-    a cell's row is what it cost in both.
-    """
-    steps, sources = engine.grading_steps(nb), engine.code_sources(nb)
+    def timed(*args, **kwargs) -> TimedRunner:
+        runners.append(TimedRunner(*args, **kwargs))
+        return runners[-1]
+
+    engine.grade(nb, template, limits, demos=demos, runner_type=timed)
     rows: dict[int, tuple[float, float]] = {}
-    decided = None
-    for edition in (template, demos) if demos is not None else (template,):
-        found = engine.Graded()
-        runner = TimedRunner(edition, limits)
-        try:
-            engine.run_steps(runner, steps, sources, found, decided)
-        finally:
-            runner.close()
+    for runner in runners:
         if runner.launches != 1:
             raise RuntimeError(f"the sandbox was started {runner.launches} times: {runner.notes}")
         for index, (sandbox, ours) in runner.rows.items():
             before = rows.get(index, (0.0, 0.0))
             rows[index] = (before[0] + sandbox, before[1] + ours)
-        decided = engine.by_cell(engine.explain_missing(nb, found))
     return rows
 
 
