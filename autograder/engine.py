@@ -170,6 +170,7 @@ def grade(
     decided, notes, runners = None, [], []
     if demos is not None:
         first = Graded()
+        template.ready()  # a template still warming costs the student none of their budget
         runner = runner_type(template, limits, dict(files or {}), student=student)
         runners.append(runner)
         try:
@@ -178,6 +179,7 @@ def grade(
             runner.close()
         explained = explain_missing(nb, first)
         decided, notes, template = by_cell(explained), list(runner.notes), demos
+    template.ready()
     runner = runner_type(template, limits, dict(files or {}), student=student)
     runners.append(runner)
     try:

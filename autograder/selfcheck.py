@@ -12,6 +12,7 @@ with limits, and the report says so: the verdicts are the same, only the isolati
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -136,33 +137,25 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
         pass
     found = engine.Graded()
     report = Report(str(path), lesson, isolation=isolation())
-    with Template(lesson, report.isolation, grading=False) as template:
+    with contextlib.ExitStack() as stack:
+        demos = None
+        if view.has_demos(lesson):  # its template warms while the notebook runs for verdicts
+            demos = stack.enter_context(
+                Template(lesson, report.isolation, grading=False, demos=True, wait=False)
+            )
+        template = stack.enter_context(Template(lesson, report.isolation, grading=False))
         runner = Runner(template, limits, files, student=quiz.learner_id())
-        try:
-            engine.run_steps(runner, plan, sources, found)
-            seen = {v.name for v in found.verdicts}
-            for name in exercises:
-                if name not in seen:
-                    found.verdicts.append(
-                        scoring.check(
-                            runner, scoring.Call(-1, "check", name, name), sources, runner.student
-                        )  # fmt: skip
-                    )
-            for q in questions:
-                if q.key not in seen:
-                    call = scoring.Call(-1, "answer", q.key, q.key, lesson)
-                    found.verdicts.append(scoring.check(runner, call, sources, runner.student))
-        finally:
-            runner.close()
-    if view.has_demos(lesson):  # the outputs from the demonstrations' edition (engine.grade)
-        shown = engine.Graded()
-        with Template(lesson, report.isolation, grading=False, demos=True) as demos:
+        _decide(runner, lesson, plan, sources, exercises, questions, found)
+        template.close()  # its work is done: one template from here on
+        if demos is not None:  # the outputs from the demonstrations' edition (engine.grade)
+            shown = engine.Graded()
+            demos.ready()
             runner = Runner(demos, limits, files, student=quiz.learner_id())
             try:
                 engine.run_steps(runner, plan, sources, shown, engine.by_cell(found.verdicts))
             finally:
                 runner.close()
-        found.cells = shown.cells
+            found.cells = shown.cells
     verdicts = {v.name: v for v in found.verdicts}
     visible = _visible_failures(plan, found)
     for name in exercises:
@@ -192,6 +185,32 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
         }
     report.problems = [*runner.notes, *_solution_errors(nb, found)]
     return report
+
+
+def _decide(
+    runner: Runner,
+    lesson: str,
+    plan: list[engine.Step],
+    sources: list[str],
+    exercises: list[str],
+    questions: list,
+    found: engine.Graded,
+) -> None:
+    """Run the notebook for its verdicts, then check every exercise and question whose test
+    cell did not decide one; the runner is closed after."""
+    try:
+        engine.run_steps(runner, plan, sources, found)
+        seen = {v.name for v in found.verdicts}
+        for name in exercises:
+            if name not in seen:
+                call = scoring.Call(-1, "check", name, name)
+                found.verdicts.append(scoring.check(runner, call, sources, runner.student))
+        for q in questions:
+            if q.key not in seen:
+                call = scoring.Call(-1, "answer", q.key, q.key, lesson)
+                found.verdicts.append(scoring.check(runner, call, sources, runner.student))
+    finally:
+        runner.close()
 
 
 def _visible_failures(plan: list[engine.Step], found: engine.Graded) -> dict[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_FILES = 200
@@ -110,16 +111,14 @@ def files_beside(
     autograde copies from ``folder``: one matching a glob, or inside a folder that does, is left
     out (``nbgrader.utils.is_ignored``, as its ``find_all_files`` applies it).
     """
-    from nbgrader.utils import is_ignored
-
-    globs = None if ignore is None else [*ignore, "*.ipynb"]
+    ignored = _ignored(ignore)
     files, total = {}, 0
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         dirnames[:] = [d for d in dirnames if not d.startswith(".ipynb_checkpoints")
-                       and not is_ignored(os.path.join(dirpath, d), globs)]  # fmt: skip
+                       and not ignored(os.path.join(dirpath, d))]  # fmt: skip
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            if name.endswith(".ipynb") or is_ignored(path, globs):
+            if name.endswith(".ipynb") or ignored(path):
                 continue
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 continue
@@ -127,3 +126,15 @@ def files_beside(
             total += len(data)
             files[os.path.relpath(path, folder)] = data
     return files
+
+
+def _ignored(ignore: list[str] | None) -> Callable[[str], bool]:
+    """Whether nbgrader's autograde leaves a path out, given its ``ignore`` globs (None: nothing
+    is left out, and nbgrader, slow to import, is not loaded: a learner's check needs none of
+    it)."""
+    if ignore is None:
+        return lambda path: False
+    from nbgrader.utils import is_ignored
+
+    globs = [*ignore, "*.ipynb"]
+    return lambda path: is_ignored(path, globs)

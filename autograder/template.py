@@ -91,8 +91,15 @@ class Template:
     """A warm template process for one lesson (see the module doc)."""
 
     def __init__(
-        self, lesson: str, isolation: str = "namespaces", grading: bool = True, demos: bool = False
+        self,
+        lesson: str,
+        isolation: str = "namespaces",
+        grading: bool = True,
+        demos: bool = False,
+        wait: bool = True,
     ):
+        """Start the template; with ``wait``, return once it is warm, else at once: it warms in
+        its own process meanwhile, and :meth:`ready` (or the first :meth:`spawn`) waits for it."""
         if isolation not in ("namespaces", "none"):
             raise ValueError(f"isolation is 'namespaces' or 'none', not {isolation!r}")
         self.lesson, self.isolation, self.grading = lesson, isolation, grading
@@ -101,13 +108,21 @@ class Template:
         self.folder: str | None = None  # the edition's links, without a view
         self.process: subprocess.Popen | None = None
         self.control: socket.socket | None = None
-        self._start()
+        self._starting: float | None = None  # the deadline of a start not yet reported ready
+        self._launch()
+        if wait:
+            self.ready()
 
     @property
     def isolated(self) -> bool:
         return self.isolation == "namespaces"
 
-    def _start(self, timeout: float = 300.0) -> None:
+    def _start(self) -> None:
+        self._launch()
+        self.ready()
+
+    def _launch(self, timeout: float = 300.0) -> None:
+        """Start the template's process; :meth:`ready` waits ``timeout`` seconds for it."""
         ours, theirs = socket.socketpair()
         if self.isolated:
             problem = view.probe()
@@ -136,8 +151,16 @@ class Template:
         )
         theirs.close()
         self.control = ours
+        self._starting = time.monotonic() + timeout
+
+    def ready(self) -> None:
+        """Wait until the template is warm (at once if it is); raise :class:`SandboxError` if it
+        cannot start."""
+        if self._starting is None:
+            return
+        deadline, self._starting = self._starting, None
         try:
-            ready, _ = protocol.recv(ours, time.monotonic() + timeout)
+            ready, _ = protocol.recv(self.control, deadline)
             if ready.get("ev") != "ready":
                 raise protocol.ProtocolError("the template did not say it was ready")
         except protocol.ProtocolError as error:
@@ -161,6 +184,7 @@ class Template:
     def spawn(self, limits: Limits, timeout: float = 30.0, env: dict | None = None) -> Sandbox:
         """A fresh sandbox for one submission; ``env`` adds to its environment (only the names
         the sandbox accepts: :data:`autograder.sandbox.template.ENV`)."""
+        self.ready()
         if not self.alive():
             self.close()
             self._start()
@@ -223,8 +247,9 @@ class Template:
 _shared: dict[tuple[str, str, bool, int], Template] = {}
 
 
-def shared(lesson: str, isolation: str, demos: bool = False) -> Template:
-    """This thread's warm template for ``lesson`` (started on first use, closed at exit).
+def shared(lesson: str, isolation: str, demos: bool = False, wait: bool = True) -> Template:
+    """This thread's warm template for ``lesson`` (started on first use, closed at exit; without
+    ``wait``, still warming when returned: see :class:`Template`).
 
     One per thread: a template serves one request at a time, and a Dask worker may grade on
     several threads at once.
@@ -236,15 +261,15 @@ def shared(lesson: str, isolation: str, demos: bool = False) -> Template:
             template.close()
         if not _shared:
             atexit.register(close_shared)
-        template = _shared[key] = Template(lesson, isolation, demos=demos)
+        template = _shared[key] = Template(lesson, isolation, demos=demos, wait=wait)
     return template
 
 
 def shared_pair(lesson: str, isolation: str) -> tuple[Template, Template | None]:
     """This thread's templates for grading ``lesson``: the verdicts' and, for a lesson whose
     demonstrations need its own exercises' implementations (:func:`view.has_demos`), the
-    demonstrations' (else None)."""
-    demos = shared(lesson, isolation, demos=True) if view.has_demos(lesson) else None
+    demonstrations' (else None), which warms while the first notebook runs in the other."""
+    demos = shared(lesson, isolation, demos=True, wait=False) if view.has_demos(lesson) else None
     return shared(lesson, isolation), demos
 
 

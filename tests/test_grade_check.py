@@ -118,3 +118,25 @@ print("loaded" if sys.modules.get("rfc3987_syntax") else "absent")
                               text=True, stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["refused", grammars], done.stdout
+
+
+def test_a_check_does_not_load_nbgrader(tmp_path):
+    """A learner's check reads the files beside the notebook without nbgrader's globs, so it
+    never imports nbgrader (about a second of every check); it still hands them to the notebook."""
+    reads = "assert open('notes.txt').read() == 'beside'  # the softmax needs its file\n"
+    nb = student_notebook(LESSON, {"softmax": [("def softmax(", reads + "def softmax(")]})
+    path = save(tmp_path, nb)
+    (path.parent / "notes.txt").write_text("beside")
+    probe = f"""
+import sys
+from autograder.cli import main
+code = main(["check", {str(path)!r}, "--no-record", "--json"])
+print(sorted({{name.split(".")[0] for name in sys.modules}} & {{"nbgrader", "nbconvert"}}))
+"""
+    done = subprocess.run([str(BIN / "python"), "-c", probe], env=env(), capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    *report, loaded = done.stdout.strip().splitlines()
+    assert loaded == "[]", loaded
+    report = json.loads("\n".join(report))
+    assert report["passed"], report

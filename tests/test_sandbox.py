@@ -22,7 +22,7 @@ from autograder import limits as limits_mod
 from autograder import view
 from autograder.limits import Limits
 from autograder.runner import Runner
-from autograder.template import Template
+from autograder.template import SandboxError, Template
 
 LESSON = "02-softmax-masking"
 SECRET = "hub-token-7d1e0c"
@@ -344,7 +344,7 @@ def test_a_killed_grader_leaves_nothing_running(tmp_path):
 import sys, time
 from autograder.limits import Limits
 from autograder.runner import Runner
-from autograder.template import Template
+from autograder.template import SandboxError, Template
 t = Template({LESSON!r})
 r = Runner(t, Limits(timeout=60))
 print("ready", flush=True)
@@ -426,7 +426,7 @@ import json
 from autograder import view
 from autograder.limits import Limits
 from autograder.runner import Runner
-from autograder.template import Template
+from autograder.template import SandboxError, Template
 assert view.under_tmp(), view.python_dirs()
 with Template({LESSON!r}) as t:
     r = Runner(t, Limits(timeout=60))
@@ -549,6 +549,22 @@ def test_only_the_demonstrations_edition_holds_a_lessons_own_implementations():
     assert view.has_demos(lesson)
     for other in ("01-scoring", "05-complexity"):
         assert not view.has_demos(other) and view.edition(other, demos=True) == view.edition(other)
+
+
+def test_a_template_warms_while_its_starter_goes_on_and_a_failed_start_is_an_error():
+    """Started without waiting (a lesson's demonstrations' template, beside the verdicts' run),
+    a template serves its first sandbox once warm; one that dies warming is a SandboxError with
+    its cause, from :meth:`Template.ready` or from that first sandbox."""
+    with Template(LESSON, wait=False) as warming:
+        assert value(warming, "print(6 * 7)") == 42
+    dying = Template(LESSON, wait=False)
+    try:
+        os.killpg(dying.process.pid, signal.SIGKILL)
+        with pytest.raises(SandboxError, match="the sandbox template did not start"):
+            dying.ready()
+        dying.ready()  # said once; the template is closed
+    finally:
+        dying.close()
 
 
 # -- a property test written on tensors: its candidates answer in tensors, both sides ---------
