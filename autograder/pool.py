@@ -29,13 +29,17 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 def _init(lesson: str, isolation: str) -> None:
+    from attnlib import checks
+
     from .sandbox.confine import PR_SET_PDEATHSIG, prctl
     from .template import shared_pair
 
     prctl(PR_SET_PDEATHSIG, 9)
     _WORKER.update(lesson=lesson, isolation=isolation)
     try:
-        shared_pair(lesson, isolation)  # warm them now, while the batch reads the course
+        template, _ = shared_pair(lesson, isolation, wait=False)  # warm while the batch starts
+        checks.draw_ahead(lesson)  # the checks' searches, meanwhile
+        template.ready()
     except Exception as error:  # noqa: BLE001 — reported with the first submission instead
         _WORKER["error"] = str(error)
 

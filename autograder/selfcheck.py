@@ -143,7 +143,11 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
             demos = stack.enter_context(
                 Template(lesson, report.isolation, grading=False, demos=True, wait=False)
             )
-        template = stack.enter_context(Template(lesson, report.isolation, grading=False))
+        template = stack.enter_context(
+            Template(lesson, report.isolation, grading=False, wait=False)
+        )
+        checks.draw_ahead(lesson)  # while the template warms
+        template.ready()
         runner = Runner(template, limits, files, student=quiz.learner_id())
         _decide(runner, lesson, plan, sources, exercises, questions, found)
         template.close()  # its work is done: one template from here on

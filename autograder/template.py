@@ -265,12 +265,13 @@ def shared(lesson: str, isolation: str, demos: bool = False, wait: bool = True) 
     return template
 
 
-def shared_pair(lesson: str, isolation: str) -> tuple[Template, Template | None]:
-    """This thread's templates for grading ``lesson``: the verdicts' and, for a lesson whose
-    demonstrations need its own exercises' implementations (:func:`view.has_demos`), the
-    demonstrations' (else None), which warms while the first notebook runs in the other."""
+def shared_pair(lesson: str, isolation: str, wait: bool = True) -> tuple[Template, Template | None]:
+    """This thread's templates for grading ``lesson``: the verdicts' (warm, unless not ``wait``)
+    and, for a lesson whose demonstrations need its own exercises' implementations
+    (:func:`view.has_demos`), the demonstrations' (else None), which warms while the first
+    notebook runs in the other."""
     demos = shared(lesson, isolation, demos=True, wait=False) if view.has_demos(lesson) else None
-    return shared(lesson, isolation), demos
+    return shared(lesson, isolation, wait=wait), demos
 
 
 def close_shared() -> None:

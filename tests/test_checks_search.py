@@ -82,6 +82,24 @@ def test_a_right_answer_meets_exactly_the_problems_hypothesis_draws(name):
     assert cached == _drawn_afresh(name) and len(cached) > 1
 
 
+@pytest.mark.parametrize("lesson", sorted(checks.LESSONS))
+def test_problems_drawn_ahead_are_the_lessons_searches_own(lesson):
+    """A grader draws a lesson's problems while its template warms (``checks.draw_ahead``):
+    afterwards every search of the lesson finds its problems drawn, and no other lesson's."""
+    from attnlib.checks._core import drawn
+
+    drawn.cache_clear()
+    checks.draw_ahead(lesson)
+    ahead = drawn.cache_info().currsize
+    searched = [e.name for e in checks.LESSONS[lesson] if e.name in search.STRATEGIES]
+    assert ahead == len(searched) > 0
+    for name in searched:
+        drawn(name)
+    assert drawn.cache_info().currsize == ahead  # found drawn: nothing drawn again
+    checks.draw_ahead("no-such-lesson")  # a lesson without checks has nothing to draw
+    assert drawn.cache_info().currsize == ahead
+
+
 def test_the_search_meets_the_same_problems_whatever_local_code_is_loaded(tmp_path, monkeypatch):
     """hypothesis mixes integers written in "local" modules (anything outside site-packages:
     the course's editable install, a learner's own helper file) into what it draws. The
