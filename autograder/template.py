@@ -218,6 +218,7 @@ class Template:
         return Sandbox(ours, child, executor, cgroup)
 
     def close(self) -> None:
+        self._starting = None  # a start not waited for is abandoned, not awaited later
         if self.control is not None:
             with contextlib.suppress(OSError):
                 self.control.close()

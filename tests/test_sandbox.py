@@ -554,7 +554,8 @@ def test_only_the_demonstrations_edition_holds_a_lessons_own_implementations():
 def test_a_template_warms_while_its_starter_goes_on_and_a_failed_start_is_an_error():
     """Started without waiting (a lesson's demonstrations' template, beside the verdicts' run),
     a template serves its first sandbox once warm; one that dies warming is a SandboxError with
-    its cause, from :meth:`Template.ready` or from that first sandbox."""
+    its cause, from :meth:`Template.ready` or from that first sandbox; one closed before it was
+    warm starts afresh for its next sandbox."""
     with Template(LESSON, wait=False) as warming:
         assert value(warming, "print(6 * 7)") == 42
     dying = Template(LESSON, wait=False)
@@ -565,6 +566,12 @@ def test_a_template_warms_while_its_starter_goes_on_and_a_failed_start_is_an_err
         dying.ready()  # said once; the template is closed
     finally:
         dying.close()
+    closed = Template(LESSON, wait=False)
+    closed.close()  # before it was warm: its next sandbox starts it afresh
+    try:
+        assert value(closed, "print(6 * 7)") == 42
+    finally:
+        closed.close()
 
 
 # -- a property test written on tensors: its candidates answer in tensors, both sides ---------
