@@ -168,9 +168,10 @@ def grade(
     found = Graded()
     steps, sources = grading_steps(nb), code_sources(nb)
     decided, notes, runners = None, [], []
+    waited = 0.0  # for a template still warming: none of the student's budget, nor their time
     if demos is not None:
         first = Graded()
-        template.ready()  # a template still warming costs the student none of their budget
+        waited += _warm(template)
         runner = runner_type(template, limits, dict(files or {}), student=student)
         runners.append(runner)
         try:
@@ -179,7 +180,7 @@ def grade(
             runner.close()
         explained = explain_missing(nb, first)
         decided, notes, template = by_cell(explained), list(runner.notes), demos
-    template.ready()
+    waited += _warm(template)
     runner = runner_type(template, limits, dict(files or {}), student=student)
     runners.append(runner)
     try:
@@ -188,5 +189,12 @@ def grade(
         runner.close()
     found.notes = list(dict.fromkeys(notes + runner.notes))
     found.crowded = any(r.out_of_time and r.uncapped for r in runners)
-    found.seconds = round(time.monotonic() - started, 3)
+    found.seconds = round(time.monotonic() - started - waited, 3)
     return found
+
+
+def _warm(template: Template) -> float:
+    """Wait until ``template`` is warm; the seconds waited."""
+    began = time.monotonic()
+    template.ready()
+    return time.monotonic() - began
