@@ -701,16 +701,6 @@ def drawn(name: str) -> tuple[Probe, ...]:
     return tuple(met)
 
 
-def draw_ahead(names: Iterable[str]) -> None:
-    """:func:`drawn` for each exercise of ``names`` that has a search, now (about a tenth of a
-    second each, hypothesis' import with the first): a grader does it while a template warms."""
-    from .search import STRATEGIES
-
-    for name in names:
-        if name in STRATEGIES:
-            drawn(name)
-
-
 def search(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
     """Look for a random problem ``fn`` gets wrong; report the smallest one found.
 
