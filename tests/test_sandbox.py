@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from autograder import engine, view
 from autograder import limits as limits_mod
 from autograder.limits import Limits
 from autograder.runner import Runner
+from autograder.sandbox.template import WITHOUT_TORCH
 from autograder.template import SandboxError, Template
 
 LESSON = "02-softmax-masking"
@@ -104,6 +106,31 @@ print(json.dumps(out))
     assert out.pop("dot_scores") == [[11.0]]
     assert "not available while this lesson is graded" in out.pop("an.softmax")
     assert set(out.values()) == {"refused"}, out
+
+
+def _uses_torch(lesson: str) -> bool:
+    """Whether any code cell of the lesson's notebooks (solutions and release) imports PyTorch."""
+    sources = [
+        "".join(cell["source"])
+        for folder in ("solutions", "lessons")
+        for path in sorted((REPO / folder / lesson).glob("*.ipynb"))
+        for cell in json.loads(path.read_text())["cells"]
+        if cell["cell_type"] == "code"
+    ]
+    return any(re.search(r"^\s*(import|from) (torch|attnlib\.torch)\b", s, re.M) for s in sources)
+
+
+def test_only_the_lessons_that_use_pytorch_warm_it(template):
+    """A lesson whose notebooks never import PyTorch starts its template without it (quicker,
+    smaller); learner code that imports it anyway gets it, inside the sandbox's limits."""
+    lessons = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
+    assert {name for name in lessons if not _uses_torch(name)} == set(WITHOUT_TORCH)
+    loaded = "import json, sys\nprint(json.dumps('torch' in sys.modules))"
+    assert value(template, loaded) is True  # lesson 02 imports it: warmed before any fork
+    with Template("01-scoring") as lesson_01:
+        assert value(lesson_01, loaded) is False
+        imported = "import json, torch\nprint(json.dumps(torch.ones(3).sum().item()))"
+        assert value(lesson_01, imported) == 3.0
 
 
 def test_a_sandbox_starts_as_a_fresh_kernel(template):

@@ -2,11 +2,11 @@
 
 ``python -m autograder.sandbox.template FD ISOLATE`` is started by the trusted side
 (:mod:`autograder.template`), inside bubblewrap's read-only view when isolation is on. It imports
-NumPy, PyTorch, matplotlib, IPython and the lesson's edition of attnlib, builds the IPython shell,
-makes its memory unreadable to others, and then waits on its control socket (file descriptor
-``FD``). It never receives a submission: the only request is "fork", which carries a fresh socket
-(``SCM_RIGHTS``) and nothing else. So every sandbox starts from a process that never held another
-student's data.
+NumPy, matplotlib, IPython, PyTorch (unless the lesson never uses it: :data:`WITHOUT_TORCH`) and
+the lesson's edition of attnlib, builds the IPython shell, makes its memory unreadable to others,
+and then waits on its control socket (file descriptor ``FD``). It never receives a submission: the
+only request is "fork", which carries a fresh socket (``SCM_RIGHTS``) and nothing else. So every
+sandbox starts from a process that never held another student's data.
 
 For each request the template forks a *child*, which closes the control socket and says hello on
 the fresh socket (the kernel attaches its process id, ``SCM_CREDENTIALS``), waits for ``go`` with
@@ -31,11 +31,16 @@ from . import confine
 from .executor import WORKDIR, Executor, Sink, make_shell
 
 ENV = ("ATTN_STUDENT",)  # what the trusted side may add to one sandbox's environment
+# Lessons whose notebooks never use PyTorch: their template leaves it unloaded (about 2 s of CPU
+# and 0.5 GB of address space less); a learner who imports it anyway loads it in the sandbox,
+# within the sandbox's own limits. tests/test_sandbox.py checks this against the notebooks.
+WITHOUT_TORCH = frozenset({"01-scoring"})
 
 
 def warm_up() -> tuple[object, Sink]:
-    """Import and exercise what every notebook needs, once, before any fork."""
+    """Import and exercise what every notebook of the lesson needs, once, before any fork."""
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    with_torch = os.environ.get("ATTN_LESSON") not in WITHOUT_TORCH
     with (
         contextlib.redirect_stdout(io.StringIO()),
         contextlib.redirect_stderr(io.StringIO()),
@@ -47,13 +52,17 @@ def warm_up() -> tuple[object, Sink]:
         matplotlib.use("agg")
         import matplotlib.pyplot as plt
         import numpy as np
-        import torch  # noqa: F401
+
+        if with_torch:
+            import torch  # noqa: F401
 
         import attnlib.checks
         import attnlib.mastery  # noqa: F401
         import autograder.hidden  # noqa: F401
 
         for name in ("attnlib.numpy", "attnlib.torch", "attnlib.viz", "attnlib.measure"):
+            if name == "attnlib.torch" and not with_torch:
+                continue
             with contextlib.suppress(Exception):
                 __import__(name)
         sink = Sink()
