@@ -117,7 +117,8 @@ def _uses_torch(lesson: str) -> bool:
         for cell in json.loads(path.read_text())["cells"]
         if cell["cell_type"] == "code"
     ]
-    return any(re.search(r"^\s*(import|from) (torch|attnlib\.torch)\b", s, re.M) for s in sources)
+    uses = r"^\s*((import|from) (torch|attnlib\.torch)\b|from attnlib import .*\btorch\b)"
+    return any(re.search(uses, source, re.M) for source in sources)
 
 
 def test_only_the_lessons_that_use_pytorch_warm_it(template):
