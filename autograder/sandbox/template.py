@@ -53,16 +53,17 @@ def warm_up() -> tuple[object, Sink]:
         import matplotlib.pyplot as plt
         import numpy as np
 
+        names = ["attnlib.numpy", "attnlib.viz", "attnlib.measure"]
         if with_torch:
             import torch  # noqa: F401
+
+            names.append("attnlib.torch")
 
         import attnlib.checks
         import attnlib.mastery  # noqa: F401
         import autograder.hidden  # noqa: F401
 
-        for name in ("attnlib.numpy", "attnlib.torch", "attnlib.viz", "attnlib.measure"):
-            if name == "attnlib.torch" and not with_torch:
-                continue
+        for name in names:
             with contextlib.suppress(Exception):
                 __import__(name)
         sink = Sink()
