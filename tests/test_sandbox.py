@@ -125,7 +125,11 @@ def test_only_the_lessons_that_use_pytorch_warm_it(template):
     """A lesson whose notebooks never import PyTorch starts its template without it (quicker,
     smaller); learner code that imports it anyway gets it, inside the sandbox's limits."""
     lessons = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
-    assert {name for name in lessons if not _uses_torch(name)} == set(WITHOUT_TORCH)
+    without = {name for name in lessons if not _uses_torch(name)}
+    assert without == set(WITHOUT_TORCH), (
+        f"the lessons whose notebooks never import PyTorch are {sorted(without)}: "
+        "autograder/sandbox/template.py's WITHOUT_TORCH must name exactly those"
+    )
     loaded = "import json, sys\nprint(json.dumps('torch' in sys.modules))"
     assert value(template, loaded) is True  # lesson 02 imports it: warmed before any fork
     with Template("01-scoring") as lesson_01:
