@@ -15,7 +15,10 @@ the protocol.
 The table shows the median of each row over the runs, the heaviest first; the grader's other
 costs (nbgrader's pipeline in the batch's process, the template's start) are not in it:
 ``python -m benchmarks.grading`` measures the whole batch. Compare ``--isolation none`` or
-``--cpus 0`` against the defaults to see what the sandbox itself costs a notebook.
+``--cpus 0`` against the defaults to see what the sandbox itself costs a notebook. Above the
+table, the executor's whole life from the same file: its CPU in user space and in the kernel
+(page faults are charged there) and its page faults, so a slow host can be told apart from a
+costly sandbox.
 """
 
 from __future__ import annotations
@@ -35,15 +38,10 @@ from autograder import engine, view
 from autograder.limits import Limits
 from autograder.runner import Runner
 from autograder.template import Template
-from benchmarks.machine import process_ticks, run_context
+from benchmarks.machine import ProcessUsage, process_usage, run_context
 
 REPO = Path(__file__).resolve().parents[1]
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU the kernel has charged to process ``pid`` (0 once it is gone)."""
-    return (process_ticks(pid) or 0) / TICKS
 
 
 class TimedRunner(Runner):
@@ -53,11 +51,15 @@ class TimedRunner(Runner):
         super().__init__(*args, **kwargs)
         self.rows: dict[int, tuple[float, float]] = {}  # cell index → (sandbox s, trusted s)
         self._seen = (0.0, time.process_time())  # executor CPU, ours, at the last cell's end
+        self.usage: ProcessUsage | None = None  # the executor's whole life, at the last cell's end
 
     def run(self, index, source, *args, **kwargs):
         ran = super().run(index, source, *args, **kwargs)
         # one sandbox per run (profile() refuses a restart), so its executor's CPU only grows
-        sandbox = cpu_seconds(self.box.executor) if self.box is not None else self._seen[0]
+        if self.box is not None:
+            self.usage = process_usage(self.box.executor) or self.usage  # the last if it is gone
+        usage = self.usage
+        sandbox = (usage.user_ticks + usage.system_ticks) / TICKS if usage else self._seen[0]
         ours = time.process_time()
         self.rows[index] = (sandbox - self._seen[0], ours - self._seen[1])
         self._seen = (sandbox, ours)
@@ -66,10 +68,12 @@ class TimedRunner(Runner):
 
 def profile(
     nb: dict, template: Template, demos: Template | None, limits: Limits
-) -> dict[int, tuple[float, float]]:
+) -> tuple[dict[int, tuple[float, float]], ProcessUsage]:
     """One grading of ``nb`` by :func:`autograder.engine.grade` itself: cell index → (the
-    executor's CPU, this process's CPU) for it. A lesson with demonstrations (``demos``) runs
-    twice there, to decide the verdicts and then for the outputs; a cell's row is both."""
+    executor's CPU, this process's CPU) for it, and what the kernel charged the executor over
+    its whole life, its start included. A lesson with demonstrations (``demos``) runs twice
+    there, to decide the verdicts and then for the outputs; a cell's row and the usage are both.
+    """
     runners: list[TimedRunner] = []
 
     def timed(*args, **kwargs) -> TimedRunner:
@@ -84,7 +88,10 @@ def profile(
         for index, (sandbox, ours) in runner.rows.items():
             before = rows.get(index, (0.0, 0.0))
             rows[index] = (before[0] + sandbox, before[1] + ours)
-    return rows
+    usages = [runner.usage for runner in runners if runner.usage is not None]
+    if len(usages) != len(runners):
+        raise RuntimeError("a sandbox's executor was gone before its usage could be read")
+    return rows, ProcessUsage(*(sum(column) for column in zip(*usages, strict=True)))
 
 
 def first_line(nb: dict, index: int) -> str:
@@ -115,7 +122,14 @@ def main(argv: list[str] | None = None) -> int:
             if view.has_demos(args.lesson)
             else None
         )
-        runs = [profile(nb, template, demos, limits) for _ in range(max(1, args.runs))]
+        profiled = [profile(nb, template, demos, limits) for _ in range(max(1, args.runs))]
+    runs = [rows for rows, _ in profiled]
+    usage = {  # the executor's whole life: where its CPU went (user space or the kernel)
+        "user_s": statistics.median(u.user_ticks / TICKS for _, u in profiled),
+        "system_s": statistics.median(u.system_ticks / TICKS for _, u in profiled),
+        "minor_faults": statistics.median(u.minor_faults for _, u in profiled),
+        "major_faults": statistics.median(u.major_faults for _, u in profiled),
+    }
     cells = sorted(runs[0], key=lambda i: -statistics.median(r[i][0] for r in runs))
     rows = [
         {
@@ -134,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": args.cpus,
         "sandbox_total_s": round(statistics.median(totals), 3),
         "trusted_total_s": round(statistics.median(sum(t for _, t in r.values()) for r in runs), 3),
+        "executor": {key: round(value, 3) for key, value in usage.items()},
         "machine": context,
         "cells": rows,
     }
@@ -145,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sandbox CPU per notebook (median): {summary['sandbox_total_s']:.2f} s "
           f"(runs: {', '.join(f'{t:.2f}' for t in totals)}); "
           f"this process: {summary['trusted_total_s']:.2f} s")  # fmt: skip
+    print(f"the executor's whole life (medians): user {usage['user_s']:.2f} s, "
+          f"system {usage['system_s']:.2f} s, {usage['minor_faults']:.0f} minor and "
+          f"{usage['major_faults']:.0f} major page faults")  # fmt: skip
     print("| cell | what | sandbox CPU s | share | trusted CPU s |")
     print("|---|---|---|---|---|")
     for row in rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -141,14 +141,30 @@ class OtherProcessesCpu:
         self.share = max(0.0, (busy - mine) / total) if total > 0 else 0.0
 
 
-def process_ticks(pid: int | str = "self") -> int | None:
-    """Clock ticks of CPU (user + system, all threads) charged to process ``pid``; None if gone."""
+class ProcessUsage(NamedTuple):
+    """What the kernel has charged to one process (all its threads) since it started."""
+
+    user_ticks: int  # clock ticks in user space (utime)
+    system_ticks: int  # clock ticks in the kernel on its behalf (stime): page faults among them
+    minor_faults: int  # page faults served from memory (minflt)
+    major_faults: int  # page faults that read from disk (majflt)
+
+
+def process_usage(pid: int | str = "self") -> ProcessUsage | None:
+    """:class:`ProcessUsage` of process ``pid`` from ``/proc/PID/stat``; None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
     except OSError:
         return None
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    # fields from the state on: minflt 7, majflt 9, utime 11, stime 12 (proc(5), from 0)
+    return ProcessUsage(int(fields[11]), int(fields[12]), int(fields[7]), int(fields[9]))
+
+
+def process_ticks(pid: int | str = "self") -> int | None:
+    """Clock ticks of CPU (user + system, all threads) charged to process ``pid``; None if gone."""
+    usage = process_usage(pid)
+    return None if usage is None else usage.user_ticks + usage.system_ticks
 
 
 def _cpu_ticks() -> tuple[int, int, int] | None:
