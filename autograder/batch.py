@@ -44,7 +44,7 @@ from nbgrader.apps.autogradeapp import AutogradeApp
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 
-from . import nbgrader_plugin, submission
+from . import names, nbgrader_plugin, submission
 from .limits import Limits
 from .pool import Pool, start
 
@@ -204,11 +204,16 @@ def _run(
 
     app = _app(lesson, options.log_level)
     _limits_for_nbgrader(app, options.limits, options.isolation)
+    submissions = _submissions(app.coursedir, lesson)
+    if not submissions:  # before anything is written: a mistyped lesson leaves no trace
+        raise names.nothing_matches(
+            app.coursedir, app.coursedir.submitted_directory, lesson, "nobody has submitted it yet"
+        )
     journal = Journal(course, lesson)
     if options.force:
         journal.forget()
     results, todo = [], []
-    for name, folder in _submissions(app.coursedir, lesson):
+    for name, folder in submissions:
         shown = submission.shown(name)
         found = submission.problems(folder, folder.parent)
         if found:

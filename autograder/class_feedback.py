@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import submission
+from .names import nothing_matches
 
 _WORKER: dict = {}
 
@@ -116,12 +117,14 @@ def write_feedback(
     try:  # the student folders, where the course's configuration puts them
         coursedir = _app(lesson, log_level).coursedir
         step = coursedir.autograded_directory
-        names = [name for name, _ in student_folders(coursedir, step, lesson)]
+        students = [name for name, _ in student_folders(coursedir, step, lesson)]
+        if not students:
+            raise nothing_matches(coursedir, step, lesson, "no submission of it is graded yet")
     finally:
         GenerateFeedbackApp.clear_instance()
         os.chdir(here)
     results, todo = [], []
-    for name in names:
+    for name in students:
         found = submission.name_problems(name)
         if found:
             results.append(FeedbackResult(submission.shown(name), "refused", error=found[0]))

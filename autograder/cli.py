@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import view
+from . import names, view
 from .limits import Limits
 
 UNISOLATED = """\
@@ -223,14 +223,18 @@ def _batch(args) -> int:
         cpu_seconds=max(120, int(args.budget)),
         cpus=args.cpus,
     )
-    results = run_batch(course, args.lesson, options, pool)
+    try:
+        results = run_batch(course, args.lesson, options, pool)
+    except names.NothingFound as nothing:  # as `nbgrader autograde`: status 1
+        print(f"attn-grade batch: {nothing}", file=sys.stderr)
+        results = []
     if args.csv:
         write_csv(results, args.csv)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
-    else:
+    elif results:
         print(summary_table(results))
-    return 1 if any(r.status in ("error", "refused") for r in results) else 0
+    return 1 if not results or any(r.status in ("error", "refused") for r in results) else 0
 
 
 def _feedback(args) -> int:
@@ -239,21 +243,23 @@ def _feedback(args) -> int:
     course = _course(args.course)
     if course is None:
         return 2
-    results = class_feedback.write_feedback(
-        course,
-        args.lesson,
-        workers=args.workers,
-        force=args.force,
-        progress=not args.no_progress and not args.json,
-        log_level=args.log_level,
-    )
+    try:
+        results = class_feedback.write_feedback(
+            course,
+            args.lesson,
+            workers=args.workers,
+            force=args.force,
+            progress=not args.no_progress and not args.json,
+            log_level=args.log_level,
+        )
+    except names.NothingFound as nothing:  # as `nbgrader generate_feedback`: status 1
+        print(f"attn-grade feedback: {nothing}", file=sys.stderr)
+        results = []
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
-    else:
+    elif results:
         print(class_feedback.summary(results))
-    if not results:
-        print(f"attn-grade feedback: no student has autograded/*/{args.lesson}", file=sys.stderr)
-    return 1 if any(r.status in ("error", "refused") for r in results) else 0
+    return 1 if not results or any(r.status in ("error", "refused") for r in results) else 0
 
 
 def _report(args) -> int:

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from attnlib.mastery import THRESHOLD
 
-from . import history
+from . import history, names
 
 STUCK_AFTER = 3  # the same mistake in this many last distinct submissions
 MASTERY_CELL = re.compile(r"^test_q\d+$")
@@ -410,7 +410,8 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
     try:
         gb.find_assignment(lesson)
     except MissingEntry as error:
-        raise ReportError(f"the gradebook has no lesson {lesson!r}") from error
+        known = names.hint(lesson, (a.name for a in gb.assignments), "its lessons")
+        raise ReportError(f"the gradebook has no lesson {lesson!r}; {known}") from error
     cells = cells_of(gb, lesson, source_order(coursedir, lesson))
     scores = scores_of(gb, lesson, cells)
     attempts = attempts_of(history.entries(course, lesson), cells)

@@ -1,0 +1,55 @@
+"""What a lesson id a user typed could have meant, when it matches nothing.
+
+nbgrader answers a lesson nobody has submitted (or a typo) with "No notebooks were matched" and a
+guessed path; ``attn-grade`` says what it looked for, whether the course has such a lesson, and
+which lessons it has, the nearest first.
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+from collections.abc import Iterable
+from pathlib import Path
+
+SHOWN = 12  # lessons listed at most; a course has a handful
+
+
+class NothingFound(Exception):
+    """A command found nothing to work on; the message says what it looked for."""
+
+
+def hint(name: str, known: Iterable[str], what: str) -> str:
+    """``"did you mean '02-softmax-masking'? (its lessons: 01-scoring, …)"``.
+
+    ``known`` are the names that exist; ``what`` says what they are. With none, says so.
+    """
+    names = sorted(set(known))
+    if not names:
+        return f"there are no {what} yet"
+    listed = ", ".join(names[:SHOWN]) + (f", … ({len(names)} in all)" if len(names) > SHOWN else "")
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.7) or [
+        other for other in names if name and name.lower() in other.lower()
+    ]  # a typo, or a part of the id ("softmax", "02")
+    return (
+        f"did you mean {close[0]!r}? ({what}: {listed})" if len(close) == 1 else f"{what}: {listed}"
+    )
+
+
+def course_lessons(coursedir) -> set[str]:
+    """The lesson ids of nbgrader's ``CourseDirectory``: the folders of its source directory."""
+    pattern = coursedir.format_path(coursedir.source_directory, ".", "*")
+    return {Path(path).name for path in glob.glob(pattern) if Path(path).is_dir()}
+
+
+def nothing_matches(coursedir, step: str, lesson: str, waiting: str) -> NothingFound:
+    """The error for a ``step/*/LESSON`` (``submitted``, ``autograded``) that matches nothing:
+    ``waiting`` ("nobody has submitted it yet") when the course has the lesson, else a hint."""
+    pattern = coursedir.format_path(step, "*", lesson)
+    lessons = course_lessons(coursedir)
+    if lesson in lessons:
+        return NothingFound(f"{lesson}: {waiting} (nothing matches {pattern})")
+    return NothingFound(
+        f"no lesson {lesson!r} in this course (nothing matches {pattern}); "
+        + hint(lesson, lessons, "its lessons")
+    )
