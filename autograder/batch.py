@@ -209,6 +209,7 @@ def _run(
         raise names.nothing_matches(
             app.coursedir, app.coursedir.submitted_directory, lesson, "nobody has submitted it yet"
         )
+    _require_released(app.coursedir, lesson)
     journal = Journal(course, lesson)
     if options.force:
         journal.forget()
@@ -325,6 +326,25 @@ def one_engine():
         api.create_engine = make
         for engine in engines.values():
             engine.dispose()
+
+
+def _require_released(coursedir: CourseDirectory, lesson: str) -> None:
+    """Raise :class:`names.NotReleased` when the gradebook lacks the lesson: said once, before
+    any grading, instead of nbgrader failing every student with it. A SQLite gradebook that
+    does not exist is not created."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    url = coursedir.db_url
+    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else None
+    known: list[str] | None = None
+    if path is None or os.path.exists(path):
+        with Gradebook(url, coursedir.course_id) as gb:
+            try:
+                gb.find_assignment(lesson)
+                return
+            except MissingEntry:
+                known = [assignment.name for assignment in gb.assignments]
+    raise names.not_released(lesson, known, path or "the course's db_url")  # it may hold a password
 
 
 def _submissions(coursedir: CourseDirectory, lesson: str) -> list[tuple[str, Path]]:

@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--dask",
         metavar="ADDRESS",
+        type=_dask_address,
         help="grade on a Dask cluster: its scheduler address (tcp://host:8786), or local:N for "
         "N local workers; the same isolation on every worker",
     )
@@ -190,17 +191,20 @@ def _batch(args) -> int:
                 file=sys.stderr,
             )
             return 2
-    from .pool import start
+    from .pool import PoolError, start
 
     # the workers warm their templates while nbgrader and the course's configuration load
     workers = max(1, args.workers)
-    pool = (
-        start(args.lesson, workers, isolation, args.dask)
-        if _has_submissions(course, args.lesson)
-        else None
-    )
     try:
-        from .batch import BatchOptions, run_batch, summary_table, write_csv
+        pool = (
+            start(args.lesson, workers, isolation, args.dask)
+            if _has_submissions(course, args.lesson)
+            else None
+        )
+    except PoolError as problem:
+        return _batch_output(args, [], problem)
+    try:
+        from .batch import BatchOptions, run_batch
 
         timeout = args.timeout if args.timeout is not None else course_timeout(course)
     except BaseException:
@@ -225,16 +229,29 @@ def _batch(args) -> int:
     )
     try:
         results = run_batch(course, args.lesson, options, pool)
-    except names.NothingFound as nothing:  # as `nbgrader autograde`: status 1
-        print(f"attn-grade batch: {nothing}", file=sys.stderr)
-        results = []
+    except (names.LessonProblem, PoolError) as problem:
+        return _batch_output(args, [], problem)
+    return _batch_output(args, results)
+
+
+def _batch_output(args, results: list, problem: Exception | None = None) -> int:
+    """The batch's results (``--csv``, ``--json`` or the table) and its exit status: the
+    problem's when it could not grade (nothing matches the lesson: 1, as nbgrader; the lesson
+    not released, the cluster out of reach: 2), else 1 if a student was refused or had an error.
+    """
+    from .batch import summary_table, write_csv
+
+    if problem is not None:
+        print(f"attn-grade batch: {problem}", file=sys.stderr)
     if args.csv:
         write_csv(results, args.csv)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
     elif results:
         print(summary_table(results))
-    return 1 if not results or any(r.status in ("error", "refused") for r in results) else 0
+    if problem is not None:
+        return problem.status
+    return 1 if any(r.status in ("error", "refused") for r in results) else 0
 
 
 def _feedback(args) -> int:
@@ -243,6 +260,7 @@ def _feedback(args) -> int:
     course = _course(args.course)
     if course is None:
         return 2
+    status = 0
     try:
         results = class_feedback.write_feedback(
             course,
@@ -252,14 +270,14 @@ def _feedback(args) -> int:
             progress=not args.no_progress and not args.json,
             log_level=args.log_level,
         )
-    except names.NothingFound as nothing:  # as `nbgrader generate_feedback`: status 1
-        print(f"attn-grade feedback: {nothing}", file=sys.stderr)
-        results = []
+    except names.LessonProblem as problem:  # nothing matches (1, as nbgrader), not released (2)
+        print(f"attn-grade feedback: {problem}", file=sys.stderr)
+        results, status = [], problem.status
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
     elif results:
         print(class_feedback.summary(results))
-    return 1 if not results or any(r.status in ("error", "refused") for r in results) else 0
+    return status or (1 if any(r.status in ("error", "refused") for r in results) else 0)
 
 
 def _report(args) -> int:
@@ -290,6 +308,17 @@ def _report(args) -> int:
     elif not (args.html or args.csv):
         print(report.text_summary(reports))
     return 0
+
+
+def _dask_address(text: str) -> str:
+    """``--dask``: a scheduler's address as given, or ``local:N`` with N a whole number ≥ 1."""
+    if text.startswith("local:"):
+        count = text.split(":", 1)[1]
+        if not (count.isdigit() and int(count) >= 1):
+            raise argparse.ArgumentTypeError(
+                f"local:N needs a whole number of workers, 1 or more, not {count!r}"
+            )
+    return text
 
 
 def _course(path: Path) -> Path | None:

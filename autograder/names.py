@@ -15,8 +15,22 @@ from pathlib import Path
 SHOWN = 12  # lessons listed at most; a course has a handful
 
 
-class NothingFound(Exception):
-    """A command found nothing to work on; the message says what it looked for."""
+class LessonProblem(Exception):
+    """A command cannot work on the lesson it was given; the message says why, ``status`` is
+    the command's exit status."""
+
+    status = 2
+
+
+class NothingFound(LessonProblem):
+    """Nothing matches the lesson (as nbgrader's "No notebooks were matched": status 1)."""
+
+    status = 1
+
+
+class NotReleased(LessonProblem):
+    """The lesson has submissions but no assignment in the gradebook: nbgrader would fail every
+    student with "No assignment with ID ... exists in the database"."""
 
 
 def hint(name: str, known: Iterable[str], what: str) -> str:
@@ -52,4 +66,17 @@ def nothing_matches(coursedir, step: str, lesson: str, waiting: str) -> NothingF
     return NothingFound(
         f"no lesson {lesson!r} in this course (nothing matches {pattern}); "
         + hint(lesson, lessons, "its lessons")
+    )
+
+
+def not_released(lesson: str, known: Iterable[str] | None, where: str) -> NotReleased:
+    """The error for submissions of a lesson the gradebook at ``where`` does not have (whose
+    lessons are ``known``; None: there is no gradebook there)."""
+    release = f"release it first (`nbgrader generate_assignment {lesson}`)"
+    if known is None:
+        return NotReleased(f"there is no gradebook at {where}: {release}")
+    known = list(known)
+    return NotReleased(
+        f"the gradebook ({where}) has no lesson {lesson!r}: {release}; "
+        + (hint(lesson, known, "its lessons") if known else "it has no lesson yet")
     )

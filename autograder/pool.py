@@ -25,6 +25,15 @@ import os
 from .limits import Limits
 
 _WORKER: dict = {}
+
+
+class PoolError(Exception):
+    """The batch's workers cannot be had (a Dask scheduler out of reach); ``status`` is the
+    command's exit status."""
+
+    status = 2
+
+
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -111,6 +120,7 @@ class DaskPool:
 
     def __init__(self, address: str, lesson: str, isolation: str):
         from distributed import Client, LocalCluster
+        from distributed.comm import resolve_address
 
         self.cluster = None
         if address.startswith("local:"):
@@ -120,7 +130,13 @@ class DaskPool:
                 host="127.0.0.1", dashboard_address=None,
             )  # fmt: skip
             address = self.cluster.scheduler_address
-        self.client = Client(address, set_as_default=False)
+        try:
+            resolve_address(address)  # malformed, or a host name that does not resolve: at once
+            self.client = Client(address, set_as_default=False)
+        except (OSError, ValueError) as error:  # out of reach (after Dask's timeout), malformed
+            if self.cluster is not None:
+                self.cluster.close()
+            raise PoolError(f"cannot reach the Dask scheduler at {address}: {error}") from None
         self.task = (lesson, isolation)
 
     @property

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -108,3 +109,36 @@ def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
     while any(map(limits.alive, templates)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(map(limits.alive, templates))  # they died with their worker
+
+
+def test_a_cluster_out_of_reach_or_a_malformed_address_is_one_clear_error(tmp_path):
+    """No traceback, nothing graded or written: the address, why, and status 2."""
+    course = make_course(tmp_path, [LESSON])
+    submit(course, LESSON, "early", student_notebook(LESSON, {}))
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cases = {
+        f"tcp://127.0.0.1:{port}": "Timed out trying to connect",
+        "http://127.0.0.1:8786": "unknown address scheme 'http'",
+        "tcp://no-such-host.invalid:8786": "cannot reach the Dask scheduler",
+    }
+    for address, why in cases.items():
+        done = subprocess.run(
+            [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
+             "--dask", address],
+            cwd=course, env=env(DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s"),
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2, (address, done.stderr[-2000:])
+        assert json.loads(done.stdout) == []
+        assert f"attn-grade batch: cannot reach the Dask scheduler at {address}: " in done.stderr
+        assert why in done.stderr and "Traceback" not in done.stderr, (address, done.stderr)
+    for spec in ("local:0", "local:two"):
+        done = subprocess.run(
+            [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--dask", spec],
+            cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2 and "local:N needs a whole number of workers" in done.stderr
+    assert not (course / "autograded").exists() and not (course / ".attn-grade").exists()

@@ -93,6 +93,30 @@ def test_a_lesson_nobody_has_submitted_says_so(course):
 
 
 @sandboxed
+def test_submissions_of_a_lesson_the_gradebook_lacks_are_one_error_before_any_grading(tmp_path):
+    """nbgrader fails every student of such a lesson with its traceback ("No assignment with
+    ID ... exists in the database"); the batch says it once and grades nobody."""
+    course = make_course(tmp_path, [LESSON])  # lesson 02 is in solutions/, not released
+    submit(course, "02-softmax-masking", "early", student_notebook("02-softmax-masking", {}))
+    before = digest(course / "gradebook.db")
+    batch = attn_grade(course, "batch", "02-softmax-masking", "--json")
+    assert batch.returncode == 2 and json.loads(batch.stdout) == []
+    assert (
+        f"the gradebook ({course / 'gradebook.db'}) has no lesson '02-softmax-masking': "
+        "release it first (`nbgrader generate_assignment 02-softmax-masking`); "
+        f"its lessons: {LESSON}"
+    ) in batch.stderr
+    assert "Traceback" not in batch.stderr and "No assignment with ID" not in batch.stderr
+    assert not (course / ".attn-grade").exists() and not (course / "autograded").exists()
+    assert digest(course / "gradebook.db") == before
+    (course / "gradebook.db").unlink()  # no gradebook at all: said, and not made
+    again = attn_grade(course, "batch", "02-softmax-masking")
+    assert again.returncode == 2
+    assert f"there is no gradebook at {course / 'gradebook.db'}: release it first" in again.stderr
+    assert not (course / "gradebook.db").exists()
+
+
+@sandboxed
 def test_the_batch_looks_where_the_course_puts_submissions(tmp_path):
     """nbgrader's layout, not a guess: a course that keeps submissions in ``handed-in/`` is
     graded from there, and a typo is told where it was looked for."""
