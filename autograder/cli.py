@@ -3,7 +3,7 @@
     attn-grade check NOTEBOOK [--json] [--timeout S] [--memory MB] [--no-record]
     attn-grade batch LESSON --course DIR [--workers N] [--timeout S] [--budget S] [--memory MB]
                      [--json] [--csv PATH] [--force] [--no-progress] [--no-feedback]
-                     [--dask ADDRESS|local:N] [--no-isolation]
+                     [--dask ADDRESS|local:N|gateway:NAME] [--no-isolation]
     attn-grade report (LESSON | --all) --course DIR [--html PATH] [--csv DIR] [--json]
                       [--stuck N]
     attn-grade feedback LESSON --course DIR [--workers N] [--force] [--json] [--no-progress]
@@ -75,8 +75,9 @@ def _parser() -> argparse.ArgumentParser:
         "--dask",
         metavar="ADDRESS",
         type=_dask_address,
-        help="grade on a Dask cluster: its scheduler address (tcp://host:8786), or local:N for "
-        "N local workers; the same isolation on every worker",
+        help="grade on a Dask cluster: its scheduler address (tcp://host:8786), local:N for N "
+        "local workers, or gateway:NAME for a Dask Gateway cluster; the same isolation on every "
+        "worker",
     )
     batch.add_argument(
         "--no-isolation",
@@ -311,7 +312,10 @@ def _report(args) -> int:
 
 
 def _dask_address(text: str) -> str:
-    """``--dask``: a scheduler's address as given, or ``local:N`` with N a whole number ≥ 1."""
+    """``--dask``: a scheduler's address as given, ``local:N`` with N a whole number ≥ 1, or
+    ``gateway:NAME`` with a name."""
+    if text == "gateway:":
+        raise argparse.ArgumentTypeError("gateway:NAME needs the name of a Dask Gateway cluster")
     if text.startswith("local:"):
         count = text.split(":", 1)[1]
         if not (count.isdigit() and int(count) >= 1):

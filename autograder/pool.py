@@ -9,8 +9,9 @@ once per submission, whatever happens to the workers.
 
 * :class:`Pool` — local worker processes (spawned), which die with the batch
   (``PR_SET_PDEATHSIG``), their templates and sandboxes with them.
-* :class:`DaskPool` — the workers of a Dask ``distributed`` cluster (a scheduler address, or
-  ``local:N`` for a ``LocalCluster`` of N single-threaded workers). A worker that dies mid-batch
+* :class:`DaskPool` — the workers of a Dask ``distributed`` cluster (a scheduler address,
+  ``local:N`` for a ``LocalCluster`` of N single-threaded workers, or ``gateway:NAME`` for a
+  Dask Gateway cluster). A worker that dies mid-batch
   costs nothing: Dask runs its submissions again elsewhere, and the batch applies each result
   once.
 """
@@ -115,14 +116,22 @@ def start(lesson: str, workers: int, isolation: str, dask: str | None = None) ->
     return Pool(max(1, workers), lesson, isolation)
 
 
+GATEWAY = "gateway:"  # gateway:NAME, a Dask Gateway cluster by its name
+
+
 class DaskPool:
-    """The workers of a Dask cluster (see the module doc); ``address`` or ``local:N``."""
+    """The workers of a Dask cluster (see the module doc): a scheduler's ``address``,
+    ``local:N``, or ``gateway:NAME``."""
 
     def __init__(self, address: str, lesson: str, isolation: str):
         from distributed import Client, LocalCluster
         from distributed.comm import resolve_address
 
-        self.cluster = None
+        self.task = (lesson, isolation)
+        self.cluster = self.gateway_cluster = None
+        if address.startswith(GATEWAY) and not address.startswith("gateway://"):
+            self.client = self._through_gateway(address[len(GATEWAY) :])
+            return
         if address.startswith("local:"):
             workers = int(address.split(":", 1)[1])
             self.cluster = LocalCluster(
@@ -137,7 +146,35 @@ class DaskPool:
             if self.cluster is not None:
                 self.cluster.close()
             raise PoolError(f"cannot reach the Dask scheduler at {address}: {error}") from None
-        self.task = (lesson, isolation)
+
+    def _through_gateway(self, name: str):
+        """A client of the Dask Gateway cluster ``name``. The gateway's address and how to log in
+        come from Dask's configuration (``gateway.address``, ``gateway.auth``: on a hub, what
+        its image or JupyterHub's service set); the cluster's TLS credentials from the gateway.
+        The cluster is the instructor's: closing the batch leaves it running."""
+        try:
+            from dask_gateway import GatewayCluster
+            from dask_gateway.client import GatewayClusterError, GatewayServerError
+        except ImportError:
+            raise PoolError("--dask gateway:NAME needs the dask-gateway package") from None
+        try:
+            self.gateway_cluster = GatewayCluster.from_name(name, shutdown_on_close=False)
+            return self.gateway_cluster.get_client(set_as_default=False)
+        except (OSError, ValueError, GatewayClusterError, GatewayServerError) as error:
+            self._close_gateway()
+            raise PoolError(f"cannot reach the Dask Gateway cluster {name!r}: {error}") from None
+
+    def _close_gateway(self) -> None:
+        """Let go of the Gateway cluster, and leave it running. dask-gateway's ``Gateway``
+        closes itself again when collected and fails there on its stopped event loop (printed
+        as "Exception ignored ... the loop is not running"); without its loop runner the
+        second close is skipped."""
+        cluster, self.gateway_cluster = self.gateway_cluster, None
+        gateway = getattr(cluster, "gateway", None)
+        if cluster is not None and gateway is not None:
+            cluster.close(shutdown=False)
+        if gateway is not None and hasattr(gateway, "_loop_runner"):
+            del gateway._loop_runner
 
     @property
     def workers(self) -> int:
@@ -151,6 +188,7 @@ class DaskPool:
         if self.client is None:
             return
         self.client.close()
+        self._close_gateway()
         if self.cluster is not None:
             self.cluster.close()
         self.client = self.cluster = None

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,128 @@ def test_a_cluster_out_of_reach_or_a_malformed_address_is_one_clear_error(tmp_pa
         )  # fmt: skip
         assert done.returncode == 2 and "local:N needs a whole number of workers" in done.stderr
     assert not (course / "autograded").exists() and not (course / ".attn-grade").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    """A real dask-gateway-server on 127.0.0.1: password login, its clusters' schedulers and
+    workers local processes of this venv (``UnsafeLocalBackend``), one thread per worker.
+    Yields the Dask configuration (as environment variables) a grader needs to reach it."""
+    api, proxy, password = _free_port(), _free_port(), "instructors-only"
+    config = tmp_path / "gateway_config.py"
+    config.write_text(
+        f'c.DaskGateway.backend_class = "dask_gateway_server.backends.local.UnsafeLocalBackend"\n'
+        f'c.DaskGateway.address = "127.0.0.1:{api}"\n'
+        f'c.Proxy.address = "127.0.0.1:{proxy}"\n'
+        f'c.DaskGateway.authenticator_class = "dask_gateway_server.auth.SimpleAuthenticator"\n'
+        f'c.SimpleAuthenticator.password = "{password}"\n'
+        f"c.ClusterConfig.worker_cores = 1\n"
+        f"c.ClusterConfig.worker_threads = 1\n"
+        f'c.ClusterConfig.scheduler_cmd = ["{BIN / "dask"}", "scheduler"]\n'
+        f'c.ClusterConfig.worker_cmd = ["{BIN / "dask"}", "worker"]\n'
+        f'c.LocalBackend.clusters_directory = "{tmp_path / "clusters"}"\n'
+    )
+    log = open(tmp_path / "gateway.log", "w")  # closed below, after the server
+    server = subprocess.Popen(
+        [str(BIN / "dask-gateway-server"), "-f", str(config)], cwd=tmp_path, env=env(),
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{proxy}/api/health", timeout=2):
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (
+                    tmp_path / "gateway.log"
+                ).read_text()[-3000:]
+                time.sleep(0.3)
+        yield {
+            "DASK_GATEWAY__ADDRESS": f"http://127.0.0.1:{proxy}",
+            "DASK_GATEWAY__AUTH__TYPE": "basic",
+            "DASK_GATEWAY__AUTH__KWARGS": json.dumps({"username": "teacher", "password": password}),
+        }
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+        log.close()
+
+
+# What an instructor does with dask-gateway's client, in a process of its own: start a cluster of
+# two workers and print its name, list the clusters, or stop one.
+INSTRUCTOR = """
+import sys
+from dask_gateway import Gateway
+
+gateway = Gateway()
+if sys.argv[1] == "start":
+    cluster = gateway.new_cluster(shutdown_on_close=False)
+    cluster.scale(2)
+    with cluster.get_client(set_as_default=False) as client:
+        client.wait_for_workers(2, timeout=180)
+    print(cluster.name)
+elif sys.argv[1] == "list":
+    print(" ".join(cluster.name for cluster in gateway.list_clusters()))
+else:
+    gateway.stop_cluster(sys.argv[2])
+"""
+
+
+def test_a_class_graded_on_a_dask_gateway_cluster_by_its_name(tmp_path, gateway):
+    """``--dask gateway:NAME``: the instructor's cluster, reached through the gateway with the
+    Dask configuration a hub gives its users; the scores the local pool gives; the cluster left
+    running for the instructor; a name the gateway does not know is one clear error."""
+
+    def instructor(*args: str) -> str:
+        done = subprocess.run(
+            [str(BIN / "python"), "-c", INSTRUCTOR, *args], env=env(**gateway),
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip()
+
+    def batch(course: Path, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json", *extra],
+            cwd=course, env=env(**gateway), capture_output=True, text=True,
+            stdin=subprocess.DEVNULL, timeout=600,
+        )  # fmt: skip
+
+    (tmp_path / "gw").mkdir()
+    (tmp_path / "local").mkdir()
+    course = make_course(tmp_path / "gw", [LESSON])
+    students = list(STUDENTS[LESSON])[:3]  # honest, blank, a wrong softmax axis
+    for kind in students:
+        submit(course, LESSON, kind, student_notebook(LESSON, STUDENTS[LESSON][kind]))
+    shutil.copytree(course, tmp_path / "local", dirs_exist_ok=True)
+    name = instructor("start")
+    try:
+        done = batch(course, "--dask", f"gateway:{name}")
+        still_there = instructor("list").split()
+        wrong = batch(course, "--force", "--dask", "gateway:no-such-cluster")
+    finally:
+        instructor("stop", name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    results = {r["student"]: r for r in json.loads(done.stdout)}
+    assert sorted(results) == sorted(students)
+    assert {r["status"] for r in results.values()} == {"graded"}
+    local = batch(tmp_path / "local", "--workers", "2")
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert _scores(course) == _scores(tmp_path / "local")
+    assert _scores(course)["honest"] == 17.0 and _scores(course)["blank"] == 0.0
+    assert name in still_there  # the batch closed its client, not the instructor's cluster
+    assert wrong.returncode == 2 and json.loads(wrong.stdout) == []
+    assert "cannot reach the Dask Gateway cluster 'no-such-cluster'" in wrong.stderr
+    assert "Traceback" not in wrong.stderr, wrong.stderr[-2000:]
