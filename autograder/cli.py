@@ -240,10 +240,10 @@ def _batch_output(args, results: list, problem: Exception | None = None) -> int:
     problem's when it could not grade (nothing matches the lesson: 1, as nbgrader; the lesson
     not released, the cluster out of reach: 2), else 1 if a student was refused or had an error.
     """
-    from .batch import summary_table, write_csv
-
     if problem is not None:
         print(f"attn-grade batch: {problem}", file=sys.stderr)
+    if args.csv or (results and not args.json):  # (nbgrader's import: not for an error alone)
+        from .batch import summary_table, write_csv
     if args.csv:
         write_csv(results, args.csv)
     if args.json:

@@ -11,9 +11,8 @@ once per submission, whatever happens to the workers.
   (``PR_SET_PDEATHSIG``), their templates and sandboxes with them.
 * :class:`DaskPool` — the workers of a Dask ``distributed`` cluster (a scheduler address,
   ``local:N`` for a ``LocalCluster`` of N single-threaded workers, or ``gateway:NAME`` for a
-  Dask Gateway cluster). A worker that dies mid-batch
-  costs nothing: Dask runs its submissions again elsewhere, and the batch applies each result
-  once.
+  Dask Gateway cluster). A worker that dies mid-batch costs nothing: Dask runs its submissions
+  again elsewhere, and the batch applies each result once.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import os
 from .limits import Limits
 
 _WORKER: dict = {}
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class PoolError(Exception):
@@ -33,9 +33,6 @@ class PoolError(Exception):
     command's exit status."""
 
     status = 2
-
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _init(lesson: str, isolation: str) -> None:

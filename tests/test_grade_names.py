@@ -20,6 +20,7 @@ from autograder import view
 from autograder.names import hint
 
 LESSON = "01-scoring"
+OTHER = "02-softmax-masking"  # a course that has released only this one
 pytestmark = pytest.mark.lesson01
 sandboxed = pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox: {view.probe()}")
 
@@ -96,21 +97,20 @@ def test_a_lesson_nobody_has_submitted_says_so(course):
 def test_submissions_of_a_lesson_the_gradebook_lacks_are_one_error_before_any_grading(tmp_path):
     """nbgrader fails every student of such a lesson with its traceback ("No assignment with
     ID ... exists in the database"); the batch says it once and grades nobody."""
-    course = make_course(tmp_path, [LESSON])  # lesson 02 is in solutions/, not released
-    submit(course, "02-softmax-masking", "early", student_notebook("02-softmax-masking", {}))
+    course = make_course(tmp_path, [OTHER])  # lesson 01 is in solutions/, not released
+    submit(course, LESSON, "early", student_notebook(LESSON, {}))
     before = digest(course / "gradebook.db")
-    batch = attn_grade(course, "batch", "02-softmax-masking", "--json")
+    batch = attn_grade(course, "batch", LESSON, "--json")
     assert batch.returncode == 2 and json.loads(batch.stdout) == []
     assert (
-        f"the gradebook ({course / 'gradebook.db'}) has no lesson '02-softmax-masking': "
-        "release it first (`nbgrader generate_assignment 02-softmax-masking`); "
-        f"its lessons: {LESSON}"
+        f"the gradebook ({course / 'gradebook.db'}) has no lesson '{LESSON}': "
+        f"release it first (`nbgrader generate_assignment {LESSON}`); its lessons: {OTHER}"
     ) in batch.stderr
     assert "Traceback" not in batch.stderr and "No assignment with ID" not in batch.stderr
     assert not (course / ".attn-grade").exists() and not (course / "autograded").exists()
     assert digest(course / "gradebook.db") == before
     (course / "gradebook.db").unlink()  # no gradebook at all: said, and not made
-    again = attn_grade(course, "batch", "02-softmax-masking")
+    again = attn_grade(course, "batch", LESSON)
     assert again.returncode == 2
     assert f"there is no gradebook at {course / 'gradebook.db'}: release it first" in again.stderr
     assert not (course / "gradebook.db").exists()
