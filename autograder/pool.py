@@ -126,7 +126,12 @@ class DaskPool:
 
         self.task = (lesson, isolation)
         self.cluster = self.gateway_cluster = None
-        if address.startswith(GATEWAY) and not address.startswith("gateway://"):
+        if address.startswith("gateway://"):  # what a Gateway cluster prints as its address
+            raise PoolError(
+                f"{address} is a Dask Gateway cluster's, reachable only with the credentials the "
+                f"gateway hands out: pass --dask gateway:{address.rstrip('/').rsplit('/', 1)[-1]}"
+            )
+        if address.startswith(GATEWAY):
             self.client = self._through_gateway(address[len(GATEWAY) :])
             return
         if address.startswith("local:"):

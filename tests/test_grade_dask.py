@@ -136,6 +136,13 @@ def test_a_cluster_out_of_reach_or_a_malformed_address_is_one_clear_error(tmp_pa
         assert json.loads(done.stdout) == []
         assert f"attn-grade batch: cannot reach the Dask scheduler at {address}: " in done.stderr
         assert why in done.stderr and "Traceback" not in done.stderr, (address, done.stderr)
+    printed = "gateway://127.0.0.1:8000/0123abcd"  # a Gateway cluster's scheduler_address
+    done = subprocess.run(
+        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--dask", printed],
+        cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "pass --dask gateway:0123abcd" in done.stderr, done.stderr
     for spec in ("local:0", "local:two"):
         done = subprocess.run(
             [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--dask", spec],
