@@ -23,7 +23,7 @@ from autograder import engine, view
 from autograder import limits as limits_mod
 from autograder.limits import Limits
 from autograder.runner import Runner
-from autograder.sandbox.template import WITHOUT_TORCH
+from autograder.sandbox.template import TRAINS, WITHOUT_TORCH
 from autograder.template import SandboxError, Template
 
 LESSON = "02-softmax-masking"
@@ -108,24 +108,38 @@ print(json.dumps(out))
     assert set(out.values()) == {"refused"}, out
 
 
-def _uses_torch(lesson: str) -> bool:
-    """Whether any code cell of the lesson's notebooks (solutions and release) imports PyTorch."""
-    sources = [
+def _code(lesson: str) -> list[str]:
+    """Every code cell of the lesson's notebooks (solutions and release)."""
+    return [
         "".join(cell["source"])
         for folder in ("solutions", "lessons")
         for path in sorted((REPO / folder / lesson).glob("*.ipynb"))
         for cell in json.loads(path.read_text())["cells"]
         if cell["cell_type"] == "code"
     ]
+
+
+def _uses_torch(lesson: str) -> bool:
+    """Whether any code cell of the lesson's notebooks imports PyTorch."""
     uses = r"^\s*((import|from) (torch|attnlib\.torch)\b|from attnlib import .*\btorch\b)"
-    return any(re.search(uses, source, re.M) for source in sources)
+    return any(re.search(uses, source, re.M) for source in _code(lesson))
+
+
+def _trains(lesson: str) -> bool:
+    """Whether any code cell of the lesson's notebooks builds a PyTorch optimiser, itself or
+    through the course's training loop (``attnlib.torch.train.train``)."""
+    builds = r"\btorch\.optim\.|^\s*from attnlib\.torch\.train import .*\btrain\b"
+    return any(re.search(builds, source, re.M) for source in _code(lesson))
+
+
+def _lessons() -> list[str]:
+    return sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
 
 
 def test_only_the_lessons_that_use_pytorch_warm_it(template):
     """A lesson whose notebooks never import PyTorch starts its template without it (quicker,
     smaller); learner code that imports it anyway gets it, inside the sandbox's limits."""
-    lessons = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
-    without = {name for name in lessons if not _uses_torch(name)}
+    without = {name for name in _lessons() if not _uses_torch(name)}
     assert without == set(WITHOUT_TORCH), (
         f"the lessons whose notebooks never import PyTorch are {sorted(without)}: "
         "autograder/sandbox/template.py's WITHOUT_TORCH must name exactly those"
@@ -136,6 +150,29 @@ def test_only_the_lessons_that_use_pytorch_warm_it(template):
         assert value(lesson_01, loaded) is False
         imported = "import json, torch\nprint(json.dumps(torch.ones(3).sum().item()))"
         assert value(lesson_01, imported) == 3.0
+
+
+def test_a_lesson_that_trains_starts_its_sandboxes_with_an_optimisers_imports_loaded(template):
+    """A process's first PyTorch optimiser imports ``torch._dynamo`` (about 2 s of CPU): the
+    templates of the lessons that train load it before any fork, the others leave it out."""
+    trains = {name for name in _lessons() if _trains(name)}
+    assert trains == set(TRAINS), (
+        f"the lessons whose notebooks build an optimiser are {sorted(trains)}: "
+        "autograder/sandbox/template.py's TRAINS must name exactly those"
+    )
+    loaded = "import json, sys\nprint(json.dumps('torch._dynamo' in sys.modules))"
+    assert value(template, loaded) is False  # lesson 02 trains nothing
+    with Template("04-multi-head") as lesson_04:
+        assert value(lesson_04, loaded) is True
+        step = (
+            "import json, torch\n"
+            "w = torch.ones(2, requires_grad=True)\n"
+            "opt = torch.optim.SGD([w], lr=0.5)\n"
+            "(w * w).sum().backward()\n"
+            "opt.step()\n"
+            "print(json.dumps(w.tolist()))"
+        )
+        assert value(lesson_04, step) == [0.0, 0.0]  # a learner's optimiser steps as ever
 
 
 def test_a_sandbox_starts_as_a_fresh_kernel(template):

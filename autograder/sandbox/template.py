@@ -35,12 +35,18 @@ ENV = ("ATTN_STUDENT",)  # what the trusted side may add to one sandbox's enviro
 # and 0.5 GB of address space less); a learner who imports it anyway loads it in the sandbox,
 # within the sandbox's own limits. tests/test_sandbox.py checks this against the notebooks.
 WITHOUT_TORCH = frozenset({"01-scoring"})
+# Lessons whose notebooks train a PyTorch model. A process's first optimizer imports PyTorch's
+# compiler front end, torch._dynamo (sympy among it: about 2 s of CPU), which a lesson that trains
+# would otherwise pay in every sandbox; their template builds one optimizer before any fork.
+# tests/test_sandbox.py checks this against the notebooks.
+TRAINS = frozenset({"03-self-cross", "04-multi-head", "06-build-and-train"})
 
 
 def warm_up() -> tuple[object, Sink]:
     """Import and exercise what every notebook of the lesson needs, once, before any fork."""
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    with_torch = os.environ.get("ATTN_LESSON") not in WITHOUT_TORCH
+    lesson = os.environ.get("ATTN_LESSON")
+    with_torch = lesson not in WITHOUT_TORCH
     with (
         contextlib.redirect_stdout(io.StringIO()),
         contextlib.redirect_stderr(io.StringIO()),
@@ -70,6 +76,8 @@ def warm_up() -> tuple[object, Sink]:
         shell = make_shell(sink)
         _draw_once(plt, np)
         _format_a_traceback(shell)
+        if lesson in TRAINS:
+            _optimise_once()
     return shell, sink
 
 
@@ -84,6 +92,15 @@ def _draw_once(plt, np) -> None:
     fig.tight_layout()
     fig.canvas.print_figure(io.BytesIO(), format="png", bbox_inches="tight")
     plt.close(fig)
+
+
+def _optimise_once() -> None:
+    """Build one optimiser, so every sandbox starts with what a process's first optimiser loads
+    (``torch.optim`` imports ``torch._dynamo`` then) already loaded. It takes no step: the
+    template runs no parallel kernel of PyTorch's before forking."""
+    import torch
+
+    torch.optim.Adam([torch.zeros(2, requires_grad=True)])
 
 
 def _format_a_traceback(shell) -> None:
