@@ -50,7 +50,9 @@ REAL = {  # attnlib files the sandbox gets as they are (relative to the attnlib 
     "viz/training.py",
 }
 DEMOS = {  # lesson → attnlib modules its demonstrations need (with what they import)
-    "06-build-and-train": ("torch/gpt.py", "torch/train.py"),
+    "03-self-cross": ("torch/positional.py", "torch/projections.py"),  # the reversing model
+    "04-multi-head": ("torch/modules.py",),  # MultiHeadAttention.from_torch
+    "06-build-and-train": ("torch/gpt.py", "torch/train.py"),  # the character model
 }
 SANDBOX = ("__init__.py", "protocol.py", "sandbox/__init__.py", "sandbox/confine.py",
            "sandbox/executor.py", "sandbox/template.py", "sandbox/verdicts.py")  # fmt: skip
