@@ -3,7 +3,9 @@
 :func:`clean` rebuilds every output from the sandbox from scratch: only the four nbformat output
 types, only ``text/plain`` and PNG/JPEG images (no HTML, JavaScript, SVG or widget state, so no
 learner markup reaches a feedback page unescaped), every string capped, the whole notebook within
-one budget of characters that the sandbox cannot lift.
+one budget of characters that the sandbox cannot lift. Consecutive pieces of one stream are joined
+and shown as a terminal or JupyterLab shows them (:func:`as_shown`): a progress bar that redraws
+itself with carriage returns keeps its last state, not every one on a line of its own.
 
 :func:`graded` writes a graded test cell's outputs *from the grader's verdicts*. nbgrader scores a
 test cell from its outputs — no points for an ``error`` or a ``stderr`` stream, a partial score read
@@ -22,6 +24,9 @@ MIME = ("text/plain", "image/png", "image/jpeg")
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 MAX_OUTPUTS = 500  # per cell
 MAX_LINES = 50  # of a traceback
+# A line's text before a carriage return that more text follows: what a terminal, JupyterLab and
+# nbconvert's CoalesceStreamsPreprocessor overwrite.
+_OVERWRITTEN = re.compile(r".*\r(?=[^\n])")
 
 
 def error(ename: str, evalue: str, note: str = "") -> dict:
@@ -45,7 +50,9 @@ def clean(raw: object, budget: int) -> tuple[list[dict], int]:
         if kind == "stream":
             name = "stderr" if item.get("name") == "stderr" else "stdout"
             text, left, cut = _take(_text(item.get("text")), left, cut)
-            if text:
+            if text and out and out[-1]["output_type"] == "stream" and out[-1]["name"] == name:
+                out[-1]["text"] += text
+            elif text:
                 out.append(stream(name, text))
         elif kind in ("display_data", "execute_result"):
             data, left, cut = _data(item.get("data"), left, cut)
@@ -67,11 +74,20 @@ def clean(raw: object, budget: int) -> tuple[list[dict], int]:
                     kept.append(line)
             out.append({"output_type": "error", "ename": ename, "evalue": evalue,
                         "traceback": kept or [f"{ename}: {evalue}"]})  # fmt: skip
+    for o in out:
+        if o["output_type"] == "stream":
+            o["text"] = as_shown(o["text"])
     if cut:
         out.append(
             stream("stdout", "\n[output truncated by the grader: the notebook showed too much]\n")
         )
     return out, budget - left
+
+
+def as_shown(text: str) -> str:
+    """``text`` as a terminal or JupyterLab shows it: what a carriage return on the same line
+    overwrites is gone (``"\\r 10%\\r 20%\\n"`` → ``" 20%\\n"``); a ``"\\r\\n"`` stays."""
+    return _OVERWRITTEN.sub("", text) if "\r" in text else text
 
 
 def _text(value: object) -> str:

@@ -8,6 +8,7 @@ NumPy print RuntimeWarnings to stderr, which plain nbgrader punishes in a test c
 keep every point too.
 """
 
+import re
 import shutil
 from pathlib import Path
 
@@ -201,15 +202,21 @@ def test_solutions_get_full_marks(course, autograded, lesson):
 
 @pytest.mark.parametrize("lesson", lesson_params())
 def test_every_cell_of_the_solutions_runs_while_graded(course, autograded, lesson):
-    """Graded, a right notebook shows what it shows its learner in JupyterLab: no cell raises.
-    A figure made with the course's own implementation of the lesson's exercises gets it in the
-    demonstrations' run (``view.DEMOS``) instead of an error in every student's feedback."""
+    """Graded, a right notebook shows what it shows its learner in JupyterLab: no cell raises
+    (a figure made with the course's own implementation of the lesson's exercises gets it in the
+    demonstrations' run, ``view.DEMOS``, instead of an error in every student's feedback), and a
+    progress bar shows its last state, not every state it drew on a line of its own."""
     result = autograded(lesson)
     assert result.returncode == 0, f"nbgrader autograde {lesson} failed:\n{result.stderr[-3000:]}"
     raised = [
         line for line in failing_cells(course, lesson, "alice") if ": wrote to stderr: " not in line
     ]
     assert not raised, raised
+    for path in (course / "autograded" / "alice" / lesson).glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                if out.output_type == "stream":
+                    assert not re.search(r"\r[^\n]", out.text), (cell.source[:60], out.text[:300])
 
 
 @pytest.mark.parametrize("lesson", lesson_params())
