@@ -38,6 +38,7 @@ def stream(name: str, text: str) -> dict:
 def clean(raw: object, budget: int) -> tuple[list[dict], int]:
     """Outputs rebuilt from ``raw`` within ``budget`` characters; and the characters spent."""
     out: list[dict] = []
+    pieces: dict[int, list[str]] = {}  # a stream output's position → its pieces, joined once below
     left = budget
     cut = False
     for item in raw[:MAX_OUTPUTS] if isinstance(raw, list) else []:
@@ -48,8 +49,9 @@ def clean(raw: object, budget: int) -> tuple[list[dict], int]:
             name = "stderr" if item.get("name") == "stderr" else "stdout"
             text, left, cut = _take(_text(item.get("text")), left, cut)
             if text and out and out[-1]["output_type"] == "stream" and out[-1]["name"] == name:
-                out[-1]["text"] += text
+                pieces[len(out) - 1].append(text)
             elif text:
+                pieces[len(out)] = [text]
                 out.append(stream(name, text))
         elif kind in ("display_data", "execute_result"):
             data, left, cut = _data(item.get("data"), left, cut)
@@ -71,9 +73,8 @@ def clean(raw: object, budget: int) -> tuple[list[dict], int]:
                     kept.append(line)
             out.append({"output_type": "error", "ename": ename, "evalue": evalue,
                         "traceback": kept or [f"{ename}: {evalue}"]})  # fmt: skip
-    for o in out:
-        if o["output_type"] == "stream":
-            o["text"] = as_shown(o["text"])
+    for index, texts in pieces.items():
+        out[index]["text"] = as_shown("".join(texts))
     if cut:
         out.append(
             stream("stdout", "\n[output truncated by the grader: the notebook showed too much]\n")
