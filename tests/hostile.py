@@ -277,6 +277,17 @@ for o in gc.get_objects():
             {"output_type": "error", "ename": name, "evalue": value, "traceback": tb})
 print("y" * 6_000_000)
 """, "raise ValueError('z' * 6_000_000)"], lost={}),
+        "stalls-the-stream-rule": Attack(
+            3, "prints 1.5 MB on one line in 300 pieces, ending in a carriage return: the grader "
+            "joins a stream's pieces and drops what a carriage return overwrites, which a "
+            "backtracking rule or repeated joins take hours or seconds over",
+            extra=["""
+import sys
+for _ in range(300):
+    sys.stdout.write("a" * 5000)
+    sys.stdout.flush()
+print("\\r")
+"""], lost={}),
         "sends-a-huge-frame": Attack(
             3, "announces a 4 GB message, and a 5 GB buffer, on the grader's socket",
             extra=[FIND_SOCKET + "import struct\n"

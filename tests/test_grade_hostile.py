@@ -211,6 +211,13 @@ def test_outputs_are_capped_and_markup_is_escaped_everywhere(graded, way):
     assert "alert(&#39;stdout&#39;)" in html or "alert('stdout')" in html  # shown, as text
 
 
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_a_long_line_printed_in_pieces_is_kept_whole(graded, way):
+    """The trusted side joins a stream's pieces and finds what a carriage return overwrites in
+    time linear in the text (the batch's budget test above bounds the time)."""
+    assert shown_by_last_cell(graded[way], "stalls-the-stream-rule") == "a" * 1_500_000 + "\r\n"
+
+
 def test_feedback_markdown_cannot_be_forged_by_learner_text(graded):
     text = (graded["ours"] / "autograded" / "fakes-feedback-headings" / LESSON /
             "attn-feedback.md").read_text()  # fmt: skip
