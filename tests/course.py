@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+LESSON_IDS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())  # the lessons
 BIN = Path(sys.executable).parent  # the venv's bin: nbgrader runs `alembic` from PATH
 
 # Where the suite keeps each set of lessons it has released once (set by tests/conftest.py, one

@@ -14,12 +14,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from course import REPO, make_course, nbgrader
+from course import LESSON_IDS, make_course, nbgrader
 from nbgrader.api import Gradebook
 
 from attnlib import checks
-
-LESSON_IDS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
 
 # Correct answers written the way the lesson warns about, but fixed up afterwards: -inf, then
 # nan_to_num. Fully masked rows make NumPy warn ("invalid value encountered") on stderr. Like every

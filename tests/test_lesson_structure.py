@@ -14,11 +14,11 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from course import LESSON_IDS
 
 from attnlib import checks, mastery, quiz
 
 REPO = Path(__file__).resolve().parents[1]
-LESSONS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
 
 
 def cells(lesson):
@@ -37,7 +37,7 @@ def lesson_param(lesson):
     return pytest.param(lesson, marks=getattr(pytest.mark, f"lesson{number}"), id=lesson)
 
 
-PARAMS = [lesson_param(lesson) for lesson in LESSONS]
+PARAMS = [lesson_param(lesson) for lesson in LESSON_IDS]
 
 
 @pytest.mark.parametrize("lesson", PARAMS)
@@ -48,7 +48,7 @@ def test_lesson_has_checks(lesson):
 def test_the_checks_and_the_mastery_records_know_the_lessons_in_course_order():
     """Three places name the lessons: the folders, the checks and the mastery records (which
     stay light enough for a lesson's first cell); a new lesson must be added to each."""
-    assert list(checks.LESSONS) == LESSONS == list(mastery.LESSONS)
+    assert list(checks.LESSONS) == LESSON_IDS == list(mastery.LESSONS)
 
 
 @pytest.mark.parametrize("lesson", PARAMS)
@@ -152,7 +152,7 @@ def reading_pointers(lesson):
 def test_feedback_points_to_sections_that_exist(lesson):
     for name, read in reading_pointers(lesson):
         target, section = re.fullmatch(r"(\S+), '(.+)'", read).groups()
-        assert target in LESSONS, f"{name}'s feedback points to a missing lesson: {read!r}"
+        assert target in LESSON_IDS, f"{name}'s feedback points to a missing lesson: {read!r}"
         have = headings(target)
         assert any(section in h for h in have), (
             f"{name}'s feedback sends learners to {read!r}, but {target} has no such heading; "

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from course import make_course
+from course import LESSON_IDS, make_course
 from traitlets.config import Config, PyFileConfigLoader
 
 REPO = Path(__file__).resolve().parents[1]
 SOLUTIONS = REPO / "solutions"
 LESSONS = REPO / "lessons"
-LESSON_IDS = sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir())
 # Markers that must never reach a learner (nbgrader's defaults, as in nbgrader_config.py).
 SECRET_DELIMITERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "BEGIN MARK SCHEME")
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from course import REPO
+from course import LESSON_IDS, REPO
 
 from autograder import engine, view
 from autograder import limits as limits_mod
@@ -132,14 +132,10 @@ def _trains(lesson: str) -> bool:
     return any(re.search(builds, source, re.M) for source in _code(lesson))
 
 
-def _lessons() -> list[str]:
-    return sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
-
-
 def test_only_the_lessons_that_use_pytorch_warm_it(template):
     """A lesson whose notebooks never import PyTorch starts its template without it (quicker,
     smaller); learner code that imports it anyway gets it, inside the sandbox's limits."""
-    without = {name for name in _lessons() if not _uses_torch(name)}
+    without = {name for name in LESSON_IDS if not _uses_torch(name)}
     assert without == set(WITHOUT_TORCH), (
         f"the lessons whose notebooks never import PyTorch are {sorted(without)}: "
         "autograder/sandbox/template.py's WITHOUT_TORCH must name exactly those"
@@ -155,7 +151,7 @@ def test_only_the_lessons_that_use_pytorch_warm_it(template):
 def test_a_lesson_that_trains_starts_its_sandboxes_with_an_optimisers_imports_loaded(template):
     """A process's first PyTorch optimiser imports ``torch._dynamo`` (about 2 s of CPU): the
     templates of the lessons that train load it before any fork, the others leave it out."""
-    trains = {name for name in _lessons() if _trains(name)}
+    trains = {name for name in LESSON_IDS if _trains(name)}
     assert trains == set(TRAINS), (
         f"the lessons whose notebooks build an optimiser are {sorted(trains)}: "
         "autograder/sandbox/template.py's TRAINS must name exactly those"
