@@ -603,6 +603,51 @@ def test_callbacks_are_bounded_and_only_while_asked(template, cells, expected):
     assert len(calls) <= 20_000
 
 
+DISPLAYS = [  # cells; what a Jupyter kernel shows under each (the same in the sandbox)
+    "from IPython.display import clear_output, display, update_display\n"
+    "h = display('first', display_id=True)\n"
+    "print('between')\n"
+    "for state in ('second', 'third'):\n"
+    "    h.update(state)\n"
+    "display('after')",
+    "display('a', display_id='two'); display('b', display_id='two'); display('c')\n"
+    "update_display('both', display_id='two')",
+    "g = display('gone', display_id=True); clear_output(); g.update('back'); print('cleared')",
+    # 200 updates of 40 000 characters, twice what a sandbox sends at most: only the last is sent
+    "p = display('', display_id=True)\n"
+    "for i in range(200):\n"
+    "    p.update(str(i % 10) * 40_000)\n"
+    "print('end')",
+]
+
+
+def _shown(outputs: list) -> list:
+    return [(o["output_type"], o.get("text") or o["data"]["text/plain"]) for o in outputs]
+
+
+def test_a_display_updated_in_place_is_one_output_in_its_last_state_as_in_a_kernel(template):
+    """A live plot (lesson 06's loss curve) is one figure in its last state in feedback, as in
+    JupyterLab; a Jupyter kernel run by nbclient is the oracle. An update of a display from an
+    earlier cell is dropped, where JupyterLab would redraw that earlier cell."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell(source) for source in DISPLAYS])
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    kernel = [_shown(nbformat.from_dict(cell).outputs) for cell in nb.cells]
+    assert kernel[0] == [("display_data", "'third'"), ("stream", "between\n"),
+                         ("display_data", "'after'")]  # fmt: skip
+    assert kernel[1] == [("display_data", "'both'"), ("display_data", "'both'"),
+                         ("display_data", "'c'")]  # fmt: skip
+    assert kernel[2] == [("stream", "cleared\n")]
+    assert kernel[3] == [("display_data", repr("9" * 40_000)), ("stream", "end\n")]
+    sandbox = run(template, *DISPLAYS, "h.update('later'); print('updated')",
+                  limits=Limits(timeout=20, budget=120, max_output=10**6))  # fmt: skip
+    assert [_shown(outputs) for outputs in sandbox[:-1]] == kernel
+    assert _shown(sandbox[-1]) == [("stream", "updated\n")]
+
+
 def test_only_the_demonstrations_edition_holds_a_lessons_own_implementations():
     lesson = "06-build-and-train"
     own = {"attnlib/torch/causal.py", "attnlib/torch/decoding.py", "attnlib/torch/interpret.py"}

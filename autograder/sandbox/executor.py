@@ -30,15 +30,22 @@ WORKDIR = "/tmp/work"
 class Sink:
     """Collects one cell's outputs as nbformat output dicts, within a byte budget.
 
+    A display with an id (``display(obj, display_id=True)``) that the cell updates is one output
+    holding its last state, where it was first shown, as in JupyterLab: a live plot redrawn while
+    a model trains is one figure, not a pile of them. An update of a display shown by an earlier
+    cell is dropped: JupyterLab redraws that earlier cell, whose outputs are already sent.
+
     The budget only saves work: the trusted side caps what it keeps whatever this says.
     """
 
     def __init__(self, budget: int = 4 * 2**20):
         self.budget = budget
         self.outputs: list[dict] = []
+        self.shown: dict[str, list[dict]] = {}  # display id → this cell's outputs that carry it
 
     def begin(self) -> None:
         self.outputs = []
+        self.shown = {}
 
     def _spend(self, n: int) -> bool:
         if n <= self.budget:
@@ -58,14 +65,25 @@ class Sink:
         else:
             self.outputs.append({"output_type": "stream", "name": name, "text": text})
 
-    def data(self, output_type: str, data: dict, metadata: dict, count: int | None = None) -> None:
+    def data(
+        self, output_type: str, data: dict, metadata: dict, count: int | None = None,
+        display_id: str | None = None, update: bool = False,
+    ) -> None:  # fmt: skip
         clean = {str(k): v for k, v in data.items() if isinstance(v, str | dict | list)}
-        if not self._spend(sum(len(str(v)) for v in clean.values())):
+        size = _size(clean)
+        if update:  # what is sent is the last state: the budget pays for growth only
+            for out in self.shown.get(str(display_id), []):
+                if self._spend(max(size - _size(out["data"]), 0)):
+                    out["data"], out["metadata"] = dict(clean), dict(metadata or {})
+            return
+        if not self._spend(size):
             return
         out = {"output_type": output_type, "data": clean, "metadata": dict(metadata or {})}
         if output_type == "execute_result":
             out["execution_count"] = count
         self.outputs.append(out)
+        if display_id is not None:
+            self.shown.setdefault(str(display_id), []).append(out)
 
     def error(self, ename: str, evalue: str, traceback: list[str]) -> None:
         tb = [str(line)[:5000] for line in traceback[-100:]]
@@ -75,6 +93,11 @@ class Sink:
 
     def clear(self) -> None:
         self.outputs = []
+        self.shown = {}
+
+
+def _size(data: dict) -> int:
+    return sum(len(str(v)) for v in data.values())
 
 
 class Stream(io.TextIOBase):
@@ -113,7 +136,8 @@ def make_shell(sink: Sink):
         def publish(
             self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs
         ) -> None:
-            sink.data("display_data", data, metadata or {})
+            display_id = transient.get("display_id") if isinstance(transient, dict) else None
+            sink.data("display_data", data, metadata or {}, None, display_id, bool(update))
 
         def clear_output(self, wait=False) -> None:
             sink.clear()
