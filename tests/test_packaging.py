@@ -222,6 +222,16 @@ def test_make_test_lints_then_runs_pytest_with_passthrough_args():
     assert [ln for ln in serial if ln.startswith("pytest")] == ["pytest -x"]
 
 
+def test_the_files_the_suite_starts_first_exist_once_each():
+    """conftest's LONGEST_FIRST orders ``make test``'s files; a renamed file would silently lose
+    its place and start last."""
+    from conftest import LONGEST_FIRST
+
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    missing = [name for name in LONGEST_FIRST if not (REPO / "tests" / name).is_file()]
+    assert not missing, f"tests/conftest.py's LONGEST_FIRST names files not in tests/: {missing}"
+
+
 def _scratch_project(tmp_path, *, installed):
     """A copy of the Makefile next to a pyproject.toml, with or without a finished install."""
     tmp_path.mkdir(parents=True, exist_ok=True)
