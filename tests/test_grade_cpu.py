@@ -22,6 +22,7 @@ from nbformat.v4 import new_code_cell
 from test_grade_hostile import full, honest_notebook, scores
 from test_grade_students import submit
 
+from attnlib import checks
 from autograder import limits, view
 
 pytestmark = [
@@ -32,8 +33,9 @@ pytestmark = [
 TIMEOUT, BUDGET = 10, 20
 SPINNERS = 56  # under the sandbox's limit of 64 processes and threads
 HONEST = ["b-honest", "c-honest", "d-honest"]
-WORK = 1.5  # CPU-seconds of an honest student's own experiment
+WORK = 0.5  # CPU-seconds of each of an honest student's own experiments
 START = 4  # seconds from the spinning cell to the spinning
+EXERCISES = {exercise.name for exercise in checks.LESSONS[LESSON]}
 
 # The spinners start all at once (so that forking them is not slowed by the first), a few
 # seconds after the cell: the other worker, whose templates warm while this one's do, is then
@@ -72,11 +74,20 @@ def spinning_notebook(timeout: int, budget: int):
 
 
 def busy_notebook():
-    """An honest notebook whose last cell is the learner's own experiment of ``WORK``
-    CPU-seconds on any machine: well inside the shorter timeout with a processor to itself,
-    outside it with less than ``WORK / timeout`` of one, as beside a sandbox of spinners."""
+    """An honest notebook with the learner's own experiment of ``WORK`` CPU-seconds after each
+    exercise's test cell and at the end: well inside the shorter timeout with a processor to
+    itself, outside it with less than ``WORK / timeout`` of one, as beside a sandbox of spinners.
+    Spread over the notebook, one of them runs while the spinners spin however long the grader's
+    own checks (starved too) take between them: a single one at the end ran after the spinner's
+    budget had ended when the machine was busy with the rest of the suite."""
     nb = honest_notebook()
-    nb.cells.append(new_code_cell(EXPERIMENT))
+    cells = []
+    for cell in nb.cells:
+        cells.append(cell)
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if grade_id.startswith("test_") and grade_id.removeprefix("test_") in EXERCISES:
+            cells.append(new_code_cell(EXPERIMENT))
+    nb.cells = [*cells, new_code_cell(EXPERIMENT)]
     return nb
 
 
