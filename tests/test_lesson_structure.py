@@ -9,16 +9,13 @@ grading the mastery check.
 """
 
 import re
-from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
-from course import LESSON_IDS
+from course import LESSON_IDS, REPO
 
 from attnlib import checks, mastery, quiz
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def cells(lesson):
