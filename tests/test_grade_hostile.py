@@ -2,10 +2,12 @@
 
 One scratch course of lesson 02: three honest students, students with odd names, and every attack
 of tests/hostile.py. It is graded by ``attn-grade batch`` and, in a copy, by plain ``nbgrader
-autograde`` with the course's ``nbgrader_config.py``; both run with the grader's environment
-holding a secret, as on a hub. Then every honest student must have full marks, every attack
-exactly the points it set out to gain lost, no gradebook copy anywhere a student reads, no
-secret in anything a student reads, nothing left running, and the temp dir as it was.
+autograde`` with the course's ``nbgrader_config.py``, each followed by its feedback pages; both
+ways run at the same time (mostly waiting on attacks held to their timeout or budget), with the
+grader's environment holding a secret, as on a hub. Then every honest student must have full
+marks, every attack exactly the points it set out to gain lost, no gradebook copy anywhere a
+student reads, no secret in anything a student reads, nothing left running, and the temp dir as
+it was.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import os
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
-from course import BIN, REPO, env, make_course, nbgrader
+from course import BIN, REPO, env, make_course
 from hostile import LESSON, MARKER, ODD_NAMES, REFUSED, SECRET, UNGRADABLE_NAMES, corpus
 from nbformat.v4 import new_code_cell, new_markdown_cell
 from nbgrader.api import Gradebook
@@ -79,32 +82,39 @@ def graded(tmp_path_factory):
         f.write(f"\nc.ExecutePreprocessor.timeout = {TIMEOUT}\n")
         f.write(f"c.TrustedExecute.budget = {BUDGET}\n")
     tmp = tmp_path_factory.mktemp("graders-tmp")  # the graders' temp dir, and no one else's
-    started = time.monotonic()
-    batch = subprocess.run(
-        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(ours), "--json", "--workers",
-         "3", "--timeout", str(TIMEOUT), "--budget", str(BUDGET),
-         "--csv", str(ours / "grades.csv")],
-        cwd=ours, env=env(JUPYTERHUB_API_TOKEN=SECRET, TMPDIR=str(tmp)), capture_output=True,
-        text=True, stdin=subprocess.DEVNULL, timeout=1200,
-    )  # fmt: skip
-    seconds = time.monotonic() - started
-    plain = subprocess.run(
-        [str(BIN / "nbgrader"), "autograde", LESSON], cwd=theirs,
-        env=env(JUPYTERHUB_API_TOKEN=SECRET, TMPDIR=str(tmp)), capture_output=True, text=True,
-        stdin=subprocess.DEVNULL, timeout=1800,
-    )  # fmt: skip
+    graders = env(JUPYTERHUB_API_TOKEN=SECRET, TMPDIR=str(tmp))
+
+    def run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run(args, cwd=cwd, env=graders, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=timeout)  # fmt: skip
+
+    def ours_graded() -> tuple[subprocess.CompletedProcess, float, subprocess.CompletedProcess]:
+        started = time.monotonic()
+        batch = run([str(BIN / "attn-grade"), "batch", LESSON, "--course", str(ours), "--json",
+                     "--workers", "3", "--timeout", str(TIMEOUT), "--budget", str(BUDGET),
+                     "--csv", str(ours / "grades.csv")], ours, 1200)  # fmt: skip
+        seconds = time.monotonic() - started
+        assert batch.stdout.strip(), batch.stderr[-3000:]
+        # the feedback pages, by attn-grade's two workers
+        feedback = run([str(BIN / "attn-grade"), "feedback", LESSON, "--course", str(ours),
+                        "--json", "--workers", "2"], ours, 600)  # fmt: skip
+        assert feedback.returncode in (0, 1), feedback.stderr[-3000:]
+        return batch, seconds, feedback
+
+    def theirs_graded() -> subprocess.CompletedProcess:
+        plain = run([str(BIN / "nbgrader"), "autograde", LESSON], theirs, 1800)
+        # the feedback pages, by nbgrader's one process
+        pages = run([str(BIN / "nbgrader"), "generate_feedback", LESSON], theirs, 600)
+        assert pages.returncode in (0, 1), pages.stderr[-3000:]
+        return plain
+
+    # The two courses share nothing but the temp dir; most of their grading is waiting on attacks
+    # held until their timeout or budget, so the two ways wait at the same time.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ours_job, theirs_job = pool.submit(ours_graded), pool.submit(theirs_graded)
+        (batch, seconds, feedback), plain = ours_job.result(), theirs_job.result()
     time.sleep(6)  # the daemon would strike 4 s after its sandbox ended
     left = sorted(os.listdir(tmp))
-    assert batch.stdout.strip(), batch.stderr[-3000:]
-    # the feedback pages: attn-grade's two workers for ours, nbgrader's one process for theirs
-    feedback = subprocess.run(
-        [str(BIN / "attn-grade"), "feedback", LESSON, "--course", str(ours), "--json",
-         "--workers", "2"],
-        cwd=ours, env=env(JUPYTERHUB_API_TOKEN=SECRET, TMPDIR=str(tmp)), capture_output=True,
-        text=True, stdin=subprocess.DEVNULL, timeout=600,
-    )  # fmt: skip
-    assert feedback.returncode in (0, 1), feedback.stderr[-3000:]
-    assert nbgrader(theirs, "generate_feedback", LESSON).returncode in (0, 1)
     results = {r["student"]: r for r in json.loads(batch.stdout)}
     return {"ours": ours, "theirs": theirs, "attacks": attacks, "results": results,
             "seconds": seconds, "plain": plain, "temp": left,
