@@ -154,7 +154,6 @@ class _Todo:
     name: str  # the folder name, as the file system has it
     folder: Path
     stamp: str
-    started: float = 0.0
     jobs: dict = field(default_factory=dict)  # notebook → (fingerprint, future)
 
 
@@ -254,7 +253,6 @@ def _run(
                 item = next(waiting, None)
                 if item is None:
                     break
-                item.started = time.monotonic()
                 _prefetch(app, lesson, item, pool, options.limits)
                 ahead.append(item)
             if not ahead:
@@ -386,6 +384,13 @@ def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool, limits: L
         )
 
 
+def own_seconds(results) -> float:
+    """The seconds a student's notebooks took to grade, each as its engine measured it (cells
+    and checks, not the wait for a warm template): not the time their results waited for the
+    students before them, whom nbgrader's loop writes first."""
+    return round(sum(float(r.get("seconds") or 0.0) for r in results), 3)
+
+
 def _sanitized(app: AutogradeApp, lesson: str, student: str, path: Path):
     """The notebook at ``path`` as nbgrader's loop will sanitize it, kept for that loop."""
     nb = nbformat.reads(submission.read(path).decode("utf-8"), as_version=4)
@@ -411,7 +416,7 @@ def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOp
             error = run_converter(converter, item.name)
     except Exception as failure:  # noqa: BLE001 — one student's failure never stops the batch
         error = first_error("", failure)
-    seconds = round(time.monotonic() - item.started, 3)
+    seconds = own_seconds(results.values())
     if error:
         return StudentResult(shown, "error", error=error, seconds=seconds)
     result = StudentResult(shown, "graded", seconds=seconds)

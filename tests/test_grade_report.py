@@ -141,7 +141,7 @@ def grade(course, workers=2):
     done = attn_grade(course, "batch", LESSON, "--course", str(course), "--json", "--no-progress",
                       "--workers", str(workers))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return {r["student"]: r["status"] for r in json.loads(done.stdout)}
+    return {r["student"]: r for r in json.loads(done.stdout)}
 
 
 @pytest.fixture(scope="module")
@@ -153,16 +153,17 @@ def graded_class(tmp_path_factory):
         f.write(f"\nc.CourseDirectory.db_url = {f'sqlite:///{db}'!r}\n")
     for student, edits in CLASS.items():
         submit(course, LESSON, student, student_notebook(LESSON, edits))
-    assert set(grade(course).values()) == {"graded"}
+    assert {r["status"] for r in grade(course).values()} == {"graded"}
 
     resubmit(course, "scale-dk", CLASS["scale-dk"], 1)  # the same mistake, again
     resubmit(course, "wrong-axis", CLASS["wrong-axis"], 1)  # its mistake, again
-    statuses = grade(course, workers=1)  # two students: one warm template is enough
-    assert {s for s, status in statuses.items() if status == "graded"} == {"scale-dk",
-                                                                          "wrong-axis"}  # fmt: skip
+    results = grade(course, workers=1)  # two students: one warm template is enough
+    assert {s for s, r in results.items() if r["status"] == "graded"} == {"scale-dk",
+                                                                         "wrong-axis"}  # fmt: skip
     resubmit(course, "scale-dk", CLASS["scale-dk"], 2)  # and again: stuck
     resubmit(course, "wrong-axis", {}, 1)  # fixed
-    assert grade(course, workers=1)["wrong-axis"] == "graded"
+    last = grade(course, workers=1)
+    assert {s for s, r in last.items() if r["status"] == "graded"} == {"scale-dk", "wrong-axis"}
 
     out = course.parent / "report"
     done = attn_grade(course, "report", "--all", "--course", str(course), "--json",
@@ -170,7 +171,7 @@ def graded_class(tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout)
     assert not (course / "gradebook.db").exists()
-    return {"course": course, "db": f"sqlite:///{db}", "data": data, "out": out}
+    return {"course": course, "db": f"sqlite:///{db}", "data": data, "out": out, "last": last}
 
 
 def gradebook(db_url):
@@ -256,6 +257,18 @@ def test_only_the_student_with_the_same_mistake_three_times_is_stuck(graded_clas
     for row in students.values():
         assert 0 < row["seconds"] <= row["seconds_total"]
     assert students["scale-dk"]["seconds_total"] > students["scale-dk"]["seconds"]
+
+
+@slow
+def test_the_batch_reports_each_students_own_grading_time_as_the_report_does(graded_class):
+    """The batch's seconds (its table, ``--json``, ``--csv``) are the time a student's notebook
+    took to grade, the report's number for that submission: not the time its result waited in
+    the batch for the students nbgrader's loop writes before it."""
+    students = {s["student"]: s for s in lesson_of(graded_class["data"])["students"]}
+    for name in ("scale-dk", "wrong-axis"):  # graded one after the other by the last batch
+        assert graded_class["last"][name]["seconds"] == pytest.approx(
+            students[name]["seconds"], abs=0.002
+        ), name
 
 
 @slow
