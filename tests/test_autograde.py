@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from course import LESSON_IDS, make_course, nbgrader
+from course import LESSON_IDS, REPO, make_course, nbgrader
 from nbgrader.api import Gradebook
 
 from attnlib import checks
@@ -298,3 +298,24 @@ def test_lesson06s_figures_are_drawn_while_graded(course, autograded):
     for cell in trained:
         plots = [o for o in cell.outputs if "image/png" in o.get("data", {})]
         assert len(plots) == 1, f"{len(plots)} loss plots under {cell.source[:60]!r}"
+
+
+def training_lessons() -> list:
+    """The lessons that train a model, and train it briefly when graded (``GRADING``)."""
+
+    def trains(lesson: str) -> bool:
+        return "GRADING = " in (REPO / "solutions" / lesson / f"{lesson}.ipynb").read_text()
+
+    return [param for param in lesson_params() if trains(param.values[0])]
+
+
+@pytest.mark.parametrize("lesson", training_lessons())
+def test_a_lesson_that_trains_says_so_when_its_graded_run_is_brief(course, autograded, lesson):
+    """The grader checks functions, not models: a lesson that trains one trains it briefly when
+    graded, and the learner reading the graded notebook is told that the figures and numbers
+    come from a brief run, unlike those the text describes."""
+    assert autograded(lesson).returncode == 0
+    (path,) = (course / "autograded" / "alice" / lesson).glob("*.ipynb")
+    shown = [out.text for cell in nbformat.read(path, as_version=4).cells
+             for out in cell.get("outputs", []) if out.output_type == "stream"]  # fmt: skip
+    assert any("(grading run: " in text for text in shown), lesson
