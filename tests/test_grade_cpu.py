@@ -15,11 +15,11 @@ import json
 import os
 import subprocess
 
-import nbformat
 import pytest
 from course import BIN, env, make_course
 from hostile import LESSON
 from nbformat.v4 import new_code_cell
+from test_autograde import failing_cells
 from test_grade_hostile import full, honest_notebook, scores
 from test_grade_students import submit
 
@@ -101,7 +101,8 @@ def test_a_sandbox_that_spins_every_core_costs_its_neighbours_nothing(tmp_path):
         pytest.skip("no cgroup with a CPU controller to cap a sandbox's share of the machine")
     course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT, CAPPED_BUDGET)
     for name in HONEST:
-        assert scores(course, name) == full(course), (name, results[name], errors(course, name))
+        why = failing_cells(course, LESSON, name)  # the errors its graded notebook shows
+        assert scores(course, name) == full(course), (name, results[name], why)
         assert not results[name]["regraded"], "under a CPU quota no neighbour runs out of time"
 
 
@@ -114,7 +115,8 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     # budget, so that the spinners are still spinning when it runs.
     course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT // 2, BUDGET, "--cpus", "0")
     for name in HONEST:
-        assert scores(course, name) == full(course), (name, results[name], errors(course, name))
+        why = failing_cells(course, LESSON, name)  # the errors its graded notebook shows
+        assert scores(course, name) == full(course), (name, results[name], why)
     journal = (course / ".attn-grade" / f"{LESSON}.jsonl").read_text().splitlines()
     finished = [json.loads(line)["student"] for line in journal]
     assert sorted(finished) == sorted(results), "a first grade to be redone was journaled as done"
@@ -138,13 +140,6 @@ def _grade_beside_a_spinner(tmp_path, timeout: int, budget: int, *extra: str):
     results = {r["student"]: r for r in json.loads(batch.stdout)}
     assert set(results) == {"a-spins", *HONEST}
     return course, results
-
-
-def errors(course, student: str) -> list[str]:
-    """Every error the student's graded notebook shows, with its cell: why points were lost."""
-    nb = nbformat.read(course / "autograded" / student / LESSON / f"{LESSON}.ipynb", as_version=4)
-    return [f"cell {i}: {out.ename}: {out.evalue}" for i, cell in enumerate(nb.cells)
-            for out in cell.get("outputs", []) if out.output_type == "error"]  # fmt: skip
 
 
 def test_as_root_a_mounted_cpu_controller_caps_every_sandbox():
