@@ -7,7 +7,9 @@ is judged five ways:
 
 1. the test cell, in a Jupyter kernel (Run All reaches the end: the cells are tagged
    ``raises-exception``);
-2. nbgrader's Validate (``nbgrader validate``, what the toolbar button runs);
+2. nbgrader's Validate, as the toolbar button's handler runs it (its ``Validator`` with the
+   course's config; the Run All of way 1 is the one the Validator ran, read from the notebook
+   it executed: :mod:`validate_as_the_button`);
 3. ``attn-grade check``;
 4. ``pytest --attn-notebook``;
 5. the gradebook, after ``attn-grade batch``.
@@ -21,7 +23,6 @@ of the earlier one in its place).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -31,7 +32,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from course import BIN, REPO, env, make_course
-from nbclient import NotebookClient
 from nbgrader.api import Gradebook
 from test_grade_students import submit
 
@@ -157,24 +157,26 @@ def run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProc
     )  # fmt: skip
 
 
-def kernel_verdicts(nb: nbformat.NotebookNode, cwd: Path) -> dict[str, str]:
-    """Run All in a kernel; exercise → ``"✓"`` or the one line its test cell failed with.
+def kernel_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """Run All's verdicts in ``nb``, a notebook a kernel ran: exercise → ``"✓"`` or the one line
+    its test cell failed with.
 
-    The kernel runs as under Validate (``NBGRADER_EXECUTION``): lesson 06 trains its models
-    briefly, and every verdict is the same.
+    Run All reaches the end only if every cell that raised is tagged ``raises-exception``
+    (JupyterLab and nbclient stop at any other): that is checked too.
     """
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}})  # fmt: skip
-    client.execute(env={**os.environ, "NBGRADER_EXECUTION": "validate"})
     out = {}
     for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
         meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        tags = cell.metadata.get("tags", [])
+        assert not errors or "raises-exception" in tags, (meta.get("grade_id"), cell.source[:200])
+        if not meta.get("grade") or meta.get("solution"):
             continue
         name = meta["grade_id"].removeprefix("test_")
         if name not in checks.EXERCISES:
             continue
-        errors = [o for o in cell.outputs if o.output_type == "error"]
         if errors:
             (error,) = errors
             assert len(error.traceback) == 1, (name, error.traceback)  # one line, no traceback
@@ -186,9 +188,15 @@ def kernel_verdicts(nb: nbformat.NotebookNode, cwd: Path) -> dict[str, str]:
     return out
 
 
-def validate_output(path: Path, course: Path) -> str:
-    done = run(str(BIN / "nbgrader"), "validate", str(path), cwd=course)
-    return done.stdout + done.stderr
+def validated(path: Path, course: Path) -> tuple[dict, dict[str, str]]:
+    """Validate ``path`` as the button does: the Validator's results, and the verdicts of the
+    Run All it made (under ``NBGRADER_EXECUTION=validate``: lesson 06 trains its models
+    briefly, and every verdict is the same)."""
+    executed = path.with_suffix(".validated.ipynb")
+    script = Path(__file__).with_name("validate_as_the_button.py")
+    done = run(sys.executable, str(script), str(path), str(executed), cwd=course)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout), kernel_verdicts(nbformat.read(executed, as_version=4))
 
 
 def check_verdicts(path: Path, course: Path) -> dict[str, str]:
@@ -227,8 +235,7 @@ def judged(request, tmp_path_factory):
         nbformat.write(nb, paths[who])
         submit(course, lesson, who, nb)
     ways = {
-        "kernel": lambda path: kernel_verdicts(nbformat.read(path, as_version=4), path.parent),
-        "validate": lambda path: validate_output(path, course),
+        "validate": lambda path: validated(path, course),
         "check": lambda path: check_verdicts(path, course),
         "pytest": lambda path: pytest_verdicts(path, course),
     }
@@ -248,6 +255,7 @@ def judged(request, tmp_path_factory):
             found[who][way] = job.result()
         graded.result()
     for who in found:
+        found[who]["validate"], found[who]["kernel"] = found[who]["validate"]
         found[who]["gradebook"] = gradebook_verdicts(course, lesson, who)
     return lesson, found
 
@@ -261,7 +269,7 @@ def test_a_right_answer_passes_all_five_ways(judged):
         assert right["check"][name] == "✓", name
         assert right["pytest"][name] == "✓", name
         assert right["gradebook"][name] > 0, name
-    assert "Success! Your notebook passes all the tests." in right["validate"], right["validate"]
+    assert right["validate"] == {}, right["validate"]  # the button says "Success!"
 
 
 def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
@@ -275,6 +283,8 @@ def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
         assert phrase in wrong["check"][name], (name, wrong["check"][name])
         assert phrase in wrong["pytest"][name], (name, wrong["pytest"][name])
         assert wrong["gradebook"][name] == 0, (name, wrong["gradebook"])
-        assert f'with report("{name}", {name})' in wrong["validate"], name
-        # nbgrader validate prints a verdict wrapped to its 90 columns (CheckFailed): read it whole
-        assert phrase in " ".join(wrong["validate"].split()), (name, phrase)
+        # the button lists the exercise's test cell with the error it raised
+        (failed,) = [cell for cell in wrong["validate"]["failed"]
+                     if f'with report("{name}", {name})' in cell["source"]]  # fmt: skip
+        # the error's line as the test cell shows it, wrapped to the notebook's width
+        assert phrase in " ".join(failed["raw_error"].split()), (name, failed["raw_error"])
