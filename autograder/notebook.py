@@ -5,6 +5,9 @@ bottom (that would redo training runs and figures). It runs, in order:
 
 * every nbgrader *solution* cell in full — that is the learner's work;
 * every graded test cell in full (its visible tests; the checks themselves run outside);
+* every cell tagged ``setup`` (:data:`SETUP_TAG`) in full: a course cell whose every result later
+  answers need and that is cheap to run (lesson 06's ``mine = sheet06.numbers()``, the learner's
+  numbers for the mastery questions);
 * from every other code cell, only its imports, its ``def`` and ``class`` statements, and
   assignments whose right-hand side is a literal — the set-up the solutions may rely on
   (``import numpy as np``, a helper "from lesson 02").
@@ -20,6 +23,14 @@ import nbformat
 from attnlib import checks
 
 from .scoring import strip_magics
+
+SETUP_TAG = "setup"
+
+
+def runs_whole(cell: nbformat.NotebookNode) -> bool:
+    """A cell the self-check runs in full: a solution cell, or a course cell tagged ``setup``."""
+    meta = cell.get("metadata", {})
+    return bool(meta.get("nbgrader", {}).get("solution")) or SETUP_TAG in meta.get("tags", [])
 
 
 class NotebookError(ValueError):

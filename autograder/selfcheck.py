@@ -21,7 +21,7 @@ from attnlib import checks, mastery, quiz
 
 from . import engine, scoring, submission, view
 from .limits import Limits
-from .notebook import lesson_of, read, setup_only
+from .notebook import lesson_of, read, runs_whole, setup_only
 from .runner import Runner
 from .template import Template
 
@@ -97,7 +97,8 @@ class Report:
 
 
 def steps(nb) -> list[engine.Step]:
-    """Solution and test cells in full, the set-up of the others (see autograder.notebook)."""
+    """Solution, test and ``setup`` cells in full, the set-up of the others (see
+    autograder.notebook)."""
     out = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -107,7 +108,7 @@ def steps(nb) -> list[engine.Step]:
             out.append(
                 engine.Step(index, cell.source, scoring.hidden_calls(index, cell.source, True))
             )
-        elif meta.get("solution"):
+        elif runs_whole(cell):
             out.append(engine.Step(index, cell.source))
         else:
             source = setup_only(cell.source)
@@ -187,7 +188,7 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
             "mastered": attempt.mastered,
             "recorded": record,
         }
-    report.problems = [*runner.notes, *_solution_errors(nb, found)]
+    report.problems = [*runner.notes, *_cell_errors(nb, found)]
     return report
 
 
@@ -232,16 +233,31 @@ def _visible_failures(plan: list[engine.Step], found: engine.Graded) -> dict[str
     return out
 
 
-def _solution_errors(nb, found: engine.Graded) -> list[str]:
+def _cell_errors(nb, found: engine.Graded) -> list[str]:
+    """The errors of the cells that ran, but for test cells (their verdicts are the report's
+    lines): a solution cell's, and what ran of any other cell. A set-up that fails leaves out
+    what later cells need (an import, say), so an exercise may then fail with a NameError whose
+    cause is only here."""
     out = []
     for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("solution"):
+        if cell.cell_type != "code" or (meta.get("grade") and not meta.get("solution")):
             continue
         for o in found.cells.get(index, {}).get("outputs", []):
-            if o.get("output_type") == "error":
+            if o.get("output_type") != "error":
+                continue
+            if meta.get("solution"):
                 if o.get("ename") == "NotImplementedError" and not o.get("evalue"):
                     continue  # not written yet: its ✗ line already says so
                 name = meta.get("grade_id") or f"cell {index}"
-                out.append(f"{name}: {o.get('ename')}: {str(o.get('evalue'))[:200]}")
+            else:
+                name = f"the cell that begins {_first_line(cell.source)!r}"
+                if not runs_whole(cell):
+                    name += " (not an exercise: the check runs its imports and definitions)"
+            out.append(f"{name}: {o.get('ename')}: {str(o.get('evalue'))[:200]}")
     return out
+
+
+def _first_line(source: str, width: int = 60) -> str:
+    line = next((x.strip() for x in source.splitlines() if x.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"

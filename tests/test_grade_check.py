@@ -39,6 +39,23 @@ def test_a_finished_notebook_passes_and_mastery_is_recorded(tmp_path):
     for line in ("✓ softmax", "✓ attention", "✓ q1", "mastered (recorded)."):
         assert line in done.stdout
     assert mastery.best(LESSON).mastered  # written by the subprocess to $ATTN_COURSE_HOME
+    assert "Problems running the notebook" not in done.stdout, done.stdout
+
+
+def test_a_course_cell_whose_set_up_fails_is_named_as_the_cause(tmp_path):
+    nb = student_notebook(LESSON, {})
+    (imports,) = [c for c in nb.cells if c.cell_type == "code" and "import numpy as np" in c.source]
+    imports.source = "import attn_course_no_such_module\n" + imports.source  # before numpy
+    done = check(save(tmp_path, nb), "--json", "--no-record")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    # numpy was never imported: the exercises fail, and the problems say where it started
+    assert not any(e["passed"] for e in report["exercises"]), report["exercises"]
+    assert report["problems"] == [
+        "the cell that begins 'import attn_course_no_such_module' (not an exercise: the check "
+        "runs its imports and definitions): ModuleNotFoundError: No module named "
+        "'attn_course_no_such_module'"
+    ], report["problems"]
 
 
 def test_a_bug_is_named_without_showing_hidden_tests(tmp_path):

@@ -14,7 +14,8 @@ is judged five ways:
 4. ``pytest --attn-notebook``;
 5. the gradebook, after ``attn-grade batch``.
 
-The right learner passes every exercise every way; the wrong one fails every exercise every way,
+The right learner passes every exercise every way (and the mastery check: its answers are the
+lesson's own, computed in the notebook); the wrong one fails every exercise every way,
 each with the same named mistake, and each exercise costs points in its own cell only (an
 exercise that calls an earlier, wrong one of the learner's is judged with the course's version
 of the earlier one in its place).
@@ -23,6 +24,7 @@ of the earlier one in its place).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -35,7 +37,7 @@ from course import BIN, REPO, env, make_course
 from nbgrader.api import Gradebook
 from test_grade_students import submit
 
-from attnlib import checks
+from attnlib import checks, quiz
 from autograder import view
 
 pytestmark = [
@@ -192,17 +194,20 @@ def validated(path: Path, course: Path) -> tuple[dict, dict[str, str]]:
     """Validate ``path`` as the button does: the Validator's results, and the verdicts of the
     Run All it made (under ``NBGRADER_EXECUTION=validate``: lesson 06 trains its models
     briefly, and every verdict is the same)."""
-    executed = path.with_suffix(".validated.ipynb")
+    executed = path.parents[1] / "validated.ipynb"  # not beside it: check copies what is
     script = Path(__file__).with_name("validate_as_the_button.py")
     done = run(sys.executable, str(script), str(path), str(executed), cwd=course)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout), kernel_verdicts(nbformat.read(executed, as_version=4))
 
 
-def check_verdicts(path: Path, course: Path) -> dict[str, str]:
+def check_verdicts(path: Path, course: Path) -> tuple[dict[str, str], list[str]]:
+    """``attn-grade check``'s verdicts, and the problems it found running the notebook."""
     done = run(str(BIN / "attn-grade"), "check", str(path), "--json", "--no-record", cwd=course)
     report = json.loads(done.stdout)
-    return {e["name"]: "✓" if e["passed"] else e["message"] for e in report["exercises"]}
+    lines = report["exercises"] + report["questions"]
+    verdicts = {e["name"]: "✓" if e["passed"] else e["message"] for e in lines}
+    return verdicts, report["problems"]
 
 
 def pytest_verdicts(path: Path, course: Path) -> dict[str, str]:
@@ -219,7 +224,9 @@ def pytest_verdicts(path: Path, course: Path) -> dict[str, str]:
 def gradebook_verdicts(course: Path, lesson: str, student: str) -> dict[str, float]:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         nb = gb.find_submission_notebook(lesson, lesson, student)
-        return {g.name.removeprefix("test_"): g.score for g in nb.grades}
+        # test cells are test_NAME (test_check_attention too), a mastery question's test_q1 or
+        # check_q1
+        return {re.sub(r"^(test|check)_", "", g.name): g.score for g in nb.grades}
 
 
 @pytest.fixture(scope="module", params=LESSONS)
@@ -256,6 +263,7 @@ def judged(request, tmp_path_factory):
         graded.result()
     for who in found:
         found[who]["validate"], found[who]["kernel"] = found[who]["validate"]
+        found[who]["check"], found[who]["check problems"] = found[who]["check"]
         found[who]["gradebook"] = gradebook_verdicts(course, lesson, who)
     return lesson, found
 
@@ -269,7 +277,13 @@ def test_a_right_answer_passes_all_five_ways(judged):
         assert right["check"][name] == "✓", name
         assert right["pytest"][name] == "✓", name
         assert right["gradebook"][name] > 0, name
+    for question in quiz.questions(lesson):  # and the lesson's own answers to its mastery check
+        key = question.key
+        assert right["check"][key] == "✓", (key, right["check"][key])
+        assert right["pytest"][key] == "✓", (key, right["pytest"][key])
+        assert right["gradebook"][key] > 0, key
     assert right["validate"] == {}, right["validate"]  # the button says "Success!"
+    assert right["check problems"] == [], right["check problems"]  # nor a cell that failed
 
 
 def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
