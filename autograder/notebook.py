@@ -10,7 +10,9 @@ bottom (that would redo training runs and figures). It runs, in order:
   numbers for the mastery questions);
 * from every other code cell, only its imports, its ``def`` and ``class`` statements, and
   assignments whose right-hand side is a literal — the set-up the solutions may rely on
-  (``import numpy as np``, a helper "from lesson 02").
+  (``import numpy as np``, a helper "from lesson 02"); and a course cell in full after all when
+  the learner's code missed a name it binds (``q5 = len(S)``, with ``S`` from the lesson's
+  example): the check then goes round again, as :func:`autograder.selfcheck.run_check` says.
 """
 
 from __future__ import annotations
@@ -73,6 +75,33 @@ def setup_only(source: str) -> str:
             if all(_binds_names(t) for t in targets):  # x = 3, not K[i] = [1.0]
                 keep.append(node)
     return ast.unparse(ast.Module(body=keep, type_ignores=[]))
+
+
+def bound_names(source: str) -> set[str]:
+    """The names a cell's top-level code binds (assignments, loops, ``with``, imports, ``def``)
+    — not those local to its functions, classes, lambdas or comprehensions."""
+    try:
+        tree = ast.parse(strip_magics(source))
+    except SyntaxError:
+        return set()
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.alias):
+            out.add((node.asname or node.name).split(".")[0])
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+            return
+        if isinstance(node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp
+                      | ast.GeneratorExp):  # fmt: skip
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
 
 
 def _binds_names(target: ast.AST) -> bool:

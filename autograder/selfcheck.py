@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from attnlib import checks, mastery, quiz
 
 from . import engine, scoring, submission, view
 from .limits import Limits
-from .notebook import lesson_of, read, runs_whole, setup_only
+from .notebook import bound_names, lesson_of, read, runs_whole, setup_only
 from .runner import Runner
 from .template import Template
 
@@ -52,6 +55,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     mastery: dict | None = None
     isolation: str = "namespaces"
+    whole: list[str] = field(default_factory=list)  # course cells run whole: the names needed
 
     @property
     def passed(self) -> bool:
@@ -68,6 +72,7 @@ class Report:
             "exercises": [asdict(x) for x in self.lines if x.kind == "exercise"],
             "questions": [asdict(x) for x in self.lines if x.kind == "question"],
             "problems": self.problems,
+            "ran_whole": self.whole,
             "mastery": self.mastery,
             "isolation": self.isolation,
         }
@@ -79,6 +84,9 @@ class Report:
         out += ["Exercises:"] + [f"  {x.text()}" for x in exercises]
         if questions:
             out += ["", "Mastery check:"] + [f"  {x.text()}" for x in questions]
+        if self.whole:
+            out += ["", "Your code uses what these course cells compute, so they ran in full:"]
+            out += [f"  {w}" for w in self.whole]
         if self.problems:
             out += ["", "Problems running the notebook:"] + [f"  {p}" for p in self.problems]
         if self.mastery:
@@ -96,9 +104,15 @@ class Report:
         return "\n".join(out)
 
 
-def steps(nb) -> list[engine.Step]:
-    """Solution, test and ``setup`` cells in full, the set-up of the others (see
-    autograder.notebook)."""
+# Rounds of the check at most: set-up only; then with the course cells that bind what the
+# learner's code missed; then with those that bind what those cells missed in turn.
+ROUNDS = 3
+_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
+
+
+def steps(nb, whole: Collection[int] = ()) -> list[engine.Step]:
+    """Solution, test and ``setup`` cells in full, and the cells at the indices ``whole``; the
+    set-up of the others (see autograder.notebook)."""
     out = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -108,7 +122,7 @@ def steps(nb) -> list[engine.Step]:
             out.append(
                 engine.Step(index, cell.source, scoring.hidden_calls(index, cell.source, True))
             )
-        elif runs_whole(cell):
+        elif runs_whole(cell) or index in whole:
             out.append(engine.Step(index, cell.source))
         else:
             source = setup_only(cell.source)
@@ -123,44 +137,34 @@ def isolation() -> str:
 
 
 def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
-    """Check the notebook at ``path``; raise :class:`NotebookError` if it cannot be read."""
+    """Check the notebook at ``path``; raise :class:`NotebookError` if it cannot be read.
+
+    Course cells run only for their set-up, unless the learner's code needs more of one: a name
+    it missed (a ``NameError``) that a course cell before it binds sends the check round again
+    with that cell run whole, as grading runs it (at most :data:`ROUNDS` rounds)."""
     path = Path(path)
     nb = read(path)
     lesson = lesson_of(path)
     exercises = [e.name for e in checks.LESSONS[lesson]]
     questions = quiz.questions(lesson)
-    plan = steps(nb)
-    sources = [c.source for c in nb.cells if c.cell_type == "code"]
     files = {}
     try:
         files = submission.files_beside(path.parent)
     except (OSError, submission.Refused):
         pass
-    found = engine.Graded()
     report = Report(str(path), lesson, isolation=isolation())
-    with contextlib.ExitStack() as stack:
-        demos = None
-        if view.has_demos(lesson):  # its template warms while the notebook runs for verdicts
-            demos = stack.enter_context(
-                Template(lesson, report.isolation, grading=False, demos=True, wait=False)
-            )
-        template = stack.enter_context(
-            Template(lesson, report.isolation, grading=False, wait=False)
-        )
-        checks.draw_ahead(lesson)  # while the template warms
-        template.ready()
-        runner = Runner(template, limits, files, student=quiz.learner_id())
-        _decide(runner, lesson, plan, sources, exercises, questions, found)
-        template.close()  # its work is done: one template from here on
-        if demos is not None:  # the outputs from the demonstrations' edition (engine.grade)
-            shown = engine.Graded()
-            demos.ready()
-            runner = Runner(demos, limits, files, student=quiz.learner_id())
-            try:
-                engine.run_steps(runner, plan, sources, shown, engine.by_cell(found.verdicts))
-            finally:
-                runner.close()
-            found.cells = shown.cells
+    whole: dict[int, list[str]] = {}  # course cell run whole → the names the learner's code needs
+    for round_ in range(1, ROUNDS + 1):
+        plan = steps(nb, set(whole))
+        found, notes = _judge(nb, lesson, plan, files, limits, report.isolation)
+        more = _cells_binding(nb, _undefined_names(found), set(whole))
+        if not more or round_ == ROUNDS:
+            break
+        whole.update(more)
+    report.whole = [
+        f"the cell that begins {_first_line(nb.cells[i].source)!r} ({', '.join(names)})"
+        for i, names in sorted(whole.items())
+    ]
     verdicts = {v.name: v for v in found.verdicts}
     visible = _visible_failures(plan, found)
     for name in exercises:
@@ -188,8 +192,41 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
             "mastered": attempt.mastered,
             "recorded": record,
         }
-    report.problems = [*runner.notes, *_cell_errors(nb, found)]
+    report.problems = [*notes, *_cell_errors(nb, found, set(whole))]
     return report
+
+
+def _judge(
+    nb, lesson: str, plan: list[engine.Step], files: dict, limits: Limits, isolation: str
+) -> tuple[engine.Graded, list[str]]:
+    """Run ``plan`` in a sandbox for the verdicts (and, for a lesson with demonstrations, once
+    more for the outputs); what it found, and the runner's notes."""
+    exercises = [e.name for e in checks.LESSONS[lesson]]
+    questions = quiz.questions(lesson)
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    found = engine.Graded()
+    with contextlib.ExitStack() as stack:
+        demos = None
+        if view.has_demos(lesson):  # its template warms while the notebook runs for verdicts
+            demos = stack.enter_context(
+                Template(lesson, isolation, grading=False, demos=True, wait=False)
+            )
+        template = stack.enter_context(Template(lesson, isolation, grading=False, wait=False))
+        checks.draw_ahead(lesson)  # while the template warms
+        template.ready()
+        runner = Runner(template, limits, files, student=quiz.learner_id())
+        _decide(runner, lesson, plan, sources, exercises, questions, found)
+        template.close()  # its work is done: one template from here on
+        if demos is not None:  # the outputs from the demonstrations' edition (engine.grade)
+            shown = engine.Graded()
+            demos.ready()
+            runner = Runner(demos, limits, files, student=quiz.learner_id())
+            try:
+                engine.run_steps(runner, plan, sources, shown, engine.by_cell(found.verdicts))
+            finally:
+                runner.close()
+            found.cells = shown.cells
+    return found, runner.notes
 
 
 def _decide(
@@ -218,6 +255,36 @@ def _decide(
         runner.close()
 
 
+def _undefined_names(found: engine.Graded) -> dict[str, float]:
+    """Names a ``NameError`` said were not defined → the first cell where one did (a check made
+    at the end of the notebook counts as after every cell)."""
+    out: dict[str, float] = {}
+    for index in sorted(found.cells):
+        for o in found.cells[index].get("outputs", []):
+            if o.get("output_type") == "error" and o.get("ename") == "NameError":
+                for name in _UNDEFINED.findall(str(o.get("evalue"))):
+                    out.setdefault(name, index)
+    for v in found.verdicts:
+        for name in _UNDEFINED.findall(v.message):
+            out[name] = min(out.get(name, math.inf), v.cell if v.cell >= 0 else math.inf)
+    return out
+
+
+def _cells_binding(nb, missed: dict[str, float], whole: set[int]) -> dict[int, list[str]]:
+    """Course cells run for their set-up only that bind a name the learner's code missed, before
+    the cell that missed it: cell index → those names."""
+    out: dict[int, list[str]] = {}
+    for index, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or meta.get("grade") or runs_whole(cell) or index in whole:
+            continue
+        bound = bound_names(cell.source)
+        names = [name for name, at in missed.items() if name in bound and index < at]
+        if names:
+            out[index] = names
+    return out
+
+
 def _visible_failures(plan: list[engine.Step], found: engine.Graded) -> dict[str, str]:
     """Exercises whose visible test (in their test cell) failed, though the checks passed."""
     out: dict[str, str] = {}
@@ -233,7 +300,7 @@ def _visible_failures(plan: list[engine.Step], found: engine.Graded) -> dict[str
     return out
 
 
-def _cell_errors(nb, found: engine.Graded) -> list[str]:
+def _cell_errors(nb, found: engine.Graded, whole: set[int]) -> list[str]:
     """The errors of the cells that ran, but for test cells (their verdicts are the report's
     lines): a solution cell's, and what ran of any other cell. A set-up that fails leaves out
     what later cells need (an import, say), so an exercise may then fail with a NameError whose
@@ -252,12 +319,14 @@ def _cell_errors(nb, found: engine.Graded) -> list[str]:
                 name = meta.get("grade_id") or f"cell {index}"
             else:
                 name = f"the cell that begins {_first_line(cell.source)!r}"
-                if not runs_whole(cell):
+                if not runs_whole(cell) and index not in whole:
                     name += " (not an exercise: the check runs its imports and definitions)"
             out.append(f"{name}: {o.get('ename')}: {str(o.get('evalue'))[:200]}")
     return out
 
 
 def _first_line(source: str, width: int = 60) -> str:
-    line = next((x.strip() for x in source.splitlines() if x.strip()), "")
+    """The cell's first line of Python (not a magic such as ``%matplotlib inline``), cut."""
+    lines = [x.strip() for x in source.splitlines() if x.strip()]
+    line = next((x for x in lines if not x.startswith(("%", "!"))), lines[0] if lines else "")
     return line if len(line) <= width else line[: width - 1] + "…"

@@ -40,6 +40,23 @@ def test_a_finished_notebook_passes_and_mastery_is_recorded(tmp_path):
         assert line in done.stdout
     assert mastery.best(LESSON).mastered  # written by the subprocess to $ATTN_COURSE_HOME
     assert "Problems running the notebook" not in done.stdout, done.stdout
+    assert "ran in full" not in done.stdout  # no course cell was needed whole
+
+
+def test_an_answer_that_uses_a_course_cells_result_is_judged_as_grading_judges_it(tmp_path):
+    # words, the running sentence's 10 words, is made by a course cell with str.split(): the
+    # check runs that cell only for its set-up, unless an answer needs it, as this one does
+    nb = student_notebook(LESSON, {"answer_q5": [("q5 = [0.0, 0.0, 0.0, 0.0]",
+                                                  "q5 = [0.0] * (len(words) - 6)")]})  # fmt: skip
+    done = check(save(tmp_path, nb), "--json", "--no-record")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert all(q["passed"] for q in report["questions"]), report["questions"]
+    assert report["problems"] == [], report["problems"]
+    (whole,) = report["ran_whole"]
+    assert whole.startswith("the cell that begins 'import math'"), whole  # after its magic
+    assert whole.endswith("(words)"), whole
+    assert "so they ran in full:" in check(save(tmp_path, nb, "again"), "--no-record").stdout
 
 
 def test_a_course_cell_whose_set_up_fails_is_named_as_the_cause(tmp_path):
@@ -51,10 +68,10 @@ def test_a_course_cell_whose_set_up_fails_is_named_as_the_cause(tmp_path):
     report = json.loads(done.stdout)
     # numpy was never imported: the exercises fail, and the problems say where it started
     assert not any(e["passed"] for e in report["exercises"]), report["exercises"]
+    # (the check runs the cell whole too, as np is a name it binds: the same error)
     assert report["problems"] == [
-        "the cell that begins 'import attn_course_no_such_module' (not an exercise: the check "
-        "runs its imports and definitions): ModuleNotFoundError: No module named "
-        "'attn_course_no_such_module'"
+        "the cell that begins 'import attn_course_no_such_module': ModuleNotFoundError: No "
+        "module named 'attn_course_no_such_module'"
     ], report["problems"]
 
 
