@@ -202,12 +202,13 @@ def validated(path: Path, course: Path) -> tuple[dict, dict[str, str]]:
 
 
 def check_verdicts(path: Path, course: Path) -> tuple[dict[str, str], list[str]]:
-    """``attn-grade check``'s verdicts, and the problems it found running the notebook."""
+    """``attn-grade check``'s verdicts, and the problems it found running the notebook and the
+    course cells it had to run whole."""
     done = run(str(BIN / "attn-grade"), "check", str(path), "--json", "--no-record", cwd=course)
     report = json.loads(done.stdout)
     lines = report["exercises"] + report["questions"]
     verdicts = {e["name"]: "✓" if e["passed"] else e["message"] for e in lines}
-    return verdicts, report["problems"]
+    return verdicts, report["problems"] + report["ran_whole"]
 
 
 def pytest_verdicts(path: Path, course: Path) -> dict[str, str]:
@@ -283,7 +284,9 @@ def test_a_right_answer_passes_all_five_ways(judged):
         assert right["pytest"][key] == "✓", (key, right["pytest"][key])
         assert right["gradebook"][key] > 0, key
     assert right["validate"] == {}, right["validate"]  # the button says "Success!"
-    assert right["check problems"] == [], right["check problems"]  # nor a cell that failed
+    # nor a cell that failed, nor a course cell it had to run whole (a cell an answer needs
+    # whole is tagged setup: the check then takes one round, not two)
+    assert right["check problems"] == [], right["check problems"]
 
 
 def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
