@@ -15,8 +15,9 @@ is judged five ways:
 5. the gradebook, after ``attn-grade batch``.
 
 The right learner passes every exercise every way (and the mastery check: its answers are the
-lesson's own, computed in the notebook); the wrong one fails every exercise every way,
-each with the same named mistake, and each exercise costs points in its own cell only (an
+lesson's own, computed in the notebook); the wrong one fails every exercise every way, each with
+the same named mistake, and every mastery question (:data:`WRONG_ANSWER`) with the same section
+to reread, and each exercise costs points in its own cell only (an
 exercise that calls an earlier, wrong one of the learner's is judged with the course's version
 of the earlier one in its place).
 """
@@ -129,13 +130,27 @@ WRONG = {
 LESSONS = list(WRONG)
 
 
-def learner_notebook(lesson: str, edits: dict) -> nbformat.NotebookNode:
-    """The release of ``lesson`` with the solution cells a learner would have written."""
+WRONG_ANSWER = "not this"  # the wrong learner's answer to every mastery question
+
+
+def question_of(grade_id: str) -> str | None:
+    """The mastery question an answer cell answers (``answer_q1``, ``q1_answer``), or None."""
+    found = re.search(r"(?:^|_)(q\d+)(?:_|$)", grade_id)
+    return found.group(1) if found else None
+
+
+def learner_notebook(
+    lesson: str, edits: dict, wrong_answers: bool = False
+) -> nbformat.NotebookNode:
+    """The release of ``lesson`` with the solution cells a learner would have written (and, with
+    ``wrong_answers``, :data:`WRONG_ANSWER` to every mastery question)."""
     source = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
     solved = {}
     for cell in source.cells:
         meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
+        if meta.get("solution") and wrong_answers and question_of(meta["grade_id"]):
+            solved[meta["grade_id"]] = f"{question_of(meta['grade_id'])} = {WRONG_ANSWER!r}"
+        elif meta.get("solution"):
             text = cell.source
             for old, new in edits.get(meta["grade_id"], ([], ""))[0]:
                 assert old in text, f"{lesson}:{meta['grade_id']}: {old!r} not in the solution"
@@ -160,8 +175,8 @@ def run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProc
 
 
 def kernel_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
-    """Run All's verdicts in ``nb``, a notebook a kernel ran: exercise → ``"✓"`` or the one line
-    its test cell failed with.
+    """Run All's verdicts in ``nb``, a notebook a kernel ran: exercise or mastery question →
+    ``"✓"`` or the one line its test cell failed with.
 
     Run All reaches the end only if every cell that raised is tagged ``raises-exception``
     (JupyterLab and nbclient stop at any other): that is checked too.
@@ -176,8 +191,8 @@ def kernel_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
         assert not errors or "raises-exception" in tags, (meta.get("grade_id"), cell.source[:200])
         if not meta.get("grade") or meta.get("solution"):
             continue
-        name = meta["grade_id"].removeprefix("test_")
-        if name not in checks.EXERCISES:
+        name = re.sub(r"^(test|check)_", "", meta["grade_id"])  # test_softmax, check_q1
+        if name not in checks.EXERCISES and not re.fullmatch(r"q\d+", name):
             continue
         if errors:
             (error,) = errors
@@ -236,7 +251,7 @@ def judged(request, tmp_path_factory):
     course = make_course(tmp_path_factory.mktemp(f"verdict-{lesson[:2]}"), [lesson])
     paths = {}
     for who, edits in (("right", {}), ("wrong", WRONG[lesson])):
-        nb = learner_notebook(lesson, edits)
+        nb = learner_notebook(lesson, edits, wrong_answers=who == "wrong")
         folder = course / "mine" / who / lesson
         folder.mkdir(parents=True)
         paths[who] = folder / f"{lesson}.ipynb"
@@ -280,6 +295,7 @@ def test_a_right_answer_passes_all_five_ways(judged):
         assert right["gradebook"][name] > 0, name
     for question in quiz.questions(lesson):  # and the lesson's own answers to its mastery check
         key = question.key
+        assert right["kernel"][key] == "✓", (key, right["kernel"][key])
         assert right["check"][key] == "✓", (key, right["check"][key])
         assert right["pytest"][key] == "✓", (key, right["pytest"][key])
         assert right["gradebook"][key] > 0, key
@@ -305,3 +321,14 @@ def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
                      if f'with report("{name}", {name})' in cell["source"]]  # fmt: skip
         # the error's line as the test cell shows it, wrapped to the notebook's width
         assert phrase in " ".join(failed["raw_error"].split()), (name, failed["raw_error"])
+    for question in quiz.questions(lesson):  # WRONG_ANSWER to each: what to reread, every way
+        key, phrase = question.key, f"not right yet. Revisit: {question.topic}"
+        assert not question.accepts(WRONG_ANSWER), key
+        kernel = wrong["kernel"][key]
+        assert kernel.startswith(f"CheckFailed: {key}: ") and phrase in kernel, (key, kernel)
+        assert phrase in wrong["check"][key], (key, wrong["check"][key])
+        assert phrase in wrong["pytest"][key], (key, wrong["pytest"][key])
+        assert wrong["gradebook"][key] == 0, (key, wrong["gradebook"])
+        (failed,) = [cell for cell in wrong["validate"]["failed"]
+                     if f'check_answer("{lesson}", "{key}")' in cell["source"]]  # fmt: skip
+        assert phrase in " ".join(failed["raw_error"].split()), (key, failed["raw_error"])
