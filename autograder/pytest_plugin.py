@@ -11,8 +11,8 @@ needs no ``-p`` flag.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +20,9 @@ from attnlib import checks, quiz
 
 from .limits import Limits
 from .notebook import NotebookError, lesson_of, read
+
+if TYPE_CHECKING:  # the engine is imported when a notebook is checked, not with every pytest
+    from .selfcheck import Report
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -111,12 +114,28 @@ def pytest_collection_modifyitems(
         )
 
 
-@functools.cache
-def _report(notebook: str, timeout: float):
-    from .selfcheck import run_check
+_REPORTS: dict[tuple[str, float], Report] = {}  # (notebook, timeout) → its check
 
-    limits = Limits(timeout=timeout, budget=max(300.0, 10 * timeout), cpu_seconds=600)
-    return run_check(Path(notebook), limits, record=False)
+
+def _report(notebook: str, timeout: float) -> Report:
+    """The check of ``notebook``, run once for all its tests."""
+    if (notebook, timeout) not in _REPORTS:
+        from .selfcheck import run_check
+
+        limits = Limits(timeout=timeout, budget=max(300.0, 10 * timeout), cpu_seconds=600)
+        _REPORTS[notebook, timeout] = run_check(Path(notebook), limits, record=False)
+    return _REPORTS[notebook, timeout]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """After the verdicts, what the check noticed running each notebook, as `attn-grade check`
+    shows it: course cells it ran whole, cells that raised."""
+    for (notebook, _), report in _REPORTS.items():
+        remarks = report.remarks()
+        if remarks:
+            terminalreporter.section(f"attn-notebook: {notebook}")
+            for line in remarks[1:]:  # without the blank line before the first part
+                terminalreporter.line(line)
 
 
 class Diagnosis(Exception):

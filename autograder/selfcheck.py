@@ -77,6 +77,17 @@ class Report:
             "isolation": self.isolation,
         }
 
+    def remarks(self) -> list[str]:
+        """What the check noticed besides its verdicts: course cells it ran whole, and cells
+        that raised (each part after a blank line, indented under its heading)."""
+        out = []
+        if self.whole:
+            out += ["", "Your code uses what these course cells compute, so they ran in full:"]
+            out += [f"  {w}" for w in self.whole]
+        if self.problems:
+            out += ["", "Problems running the notebook:"] + [f"  {p}" for p in self.problems]
+        return out
+
     def text(self) -> str:
         out = [f"{self.path} — lesson {self.lesson}", ""]
         exercises = [x for x in self.lines if x.kind == "exercise"]
@@ -84,11 +95,7 @@ class Report:
         out += ["Exercises:"] + [f"  {x.text()}" for x in exercises]
         if questions:
             out += ["", "Mastery check:"] + [f"  {x.text()}" for x in questions]
-        if self.whole:
-            out += ["", "Your code uses what these course cells compute, so they ran in full:"]
-            out += [f"  {w}" for w in self.whole]
-        if self.problems:
-            out += ["", "Problems running the notebook:"] + [f"  {p}" for p in self.problems]
+        out += self.remarks()
         if self.mastery:
             m = self.mastery
             verdict = "mastered" if m["mastered"] else "not yet mastered"

@@ -69,6 +69,23 @@ def test_solutions_and_test_cells_run_and_only_the_set_up_of_the_rest(tmp_path):
     assert "1 passed" in result.stdout
 
 
+def test_what_the_check_noticed_running_the_notebook_follows_the_verdicts(tmp_path):
+    path = notebook(
+        tmp_path,
+        new_code_cell("import attn_course_no_such_module"),  # a course cell a learner changed
+        solution(SOFTMAX_RIGHT, "softmax"),
+    )
+    result = run_pytest("--attn-notebook", str(path), "-k", "softmax and not masked", cwd=tmp_path)
+    assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout
+    summary = result.stdout[result.stdout.index(f"attn-notebook: {path}") :]
+    assert summary.splitlines()[1:3] == [
+        "Problems running the notebook:",
+        "  the cell that begins 'import attn_course_no_such_module' (not an exercise: the check "
+        "runs its imports and definitions): ModuleNotFoundError: No module named "
+        "'attn_course_no_such_module'",
+    ], summary
+
+
 def test_unknown_lessons_are_one_clear_failure(tmp_path):
     stray = notebook(tmp_path, lesson="misc")
     result = run_pytest("--attn-notebook", str(stray), cwd=tmp_path)
