@@ -305,30 +305,29 @@ def test_a_right_answer_passes_all_five_ways(judged):
     assert right["check problems"] == [], right["check problems"]
 
 
+def fails_every_way(wrong: dict, name: str, phrase: str, test_line: str) -> None:
+    """``name`` (an exercise or a question) failed every way, each saying ``phrase``; its test
+    cell is the one containing ``test_line``."""
+    kernel = wrong["kernel"][name]
+    assert kernel.startswith(f"CheckFailed: {name}: ") and phrase in kernel, (name, kernel)
+    assert phrase in wrong["check"][name], (name, wrong["check"][name])
+    assert phrase in wrong["pytest"][name], (name, wrong["pytest"][name])
+    assert wrong["gradebook"][name] == 0, (name, wrong["gradebook"])
+    # the button lists the test cell with the error it raised, as the cell shows it: wrapped to
+    # the notebook's width
+    (failed,) = [cell for cell in wrong["validate"]["failed"] if test_line in cell["source"]]
+    assert phrase in " ".join(failed["raw_error"].split()), (name, failed["raw_error"])
+
+
 def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
     lesson, found = judged
-    wrong = found["wrong"]
     for exercise in checks.LESSONS[lesson]:
         name = exercise.name
-        phrase = WRONG[lesson][name][1]
-        kernel = wrong["kernel"][name]
-        assert kernel.startswith(f"CheckFailed: {name}: ") and phrase in kernel, (name, kernel)
-        assert phrase in wrong["check"][name], (name, wrong["check"][name])
-        assert phrase in wrong["pytest"][name], (name, wrong["pytest"][name])
-        assert wrong["gradebook"][name] == 0, (name, wrong["gradebook"])
-        # the button lists the exercise's test cell with the error it raised
-        (failed,) = [cell for cell in wrong["validate"]["failed"]
-                     if f'with report("{name}", {name})' in cell["source"]]  # fmt: skip
-        # the error's line as the test cell shows it, wrapped to the notebook's width
-        assert phrase in " ".join(failed["raw_error"].split()), (name, failed["raw_error"])
+        fails_every_way(
+            found["wrong"], name, WRONG[lesson][name][1], f'with report("{name}", {name})'
+        )
     for question in quiz.questions(lesson):  # WRONG_ANSWER to each: what to reread, every way
-        key, phrase = question.key, f"not right yet. Revisit: {question.topic}"
+        key = question.key
         assert not question.accepts(WRONG_ANSWER), key
-        kernel = wrong["kernel"][key]
-        assert kernel.startswith(f"CheckFailed: {key}: ") and phrase in kernel, (key, kernel)
-        assert phrase in wrong["check"][key], (key, wrong["check"][key])
-        assert phrase in wrong["pytest"][key], (key, wrong["pytest"][key])
-        assert wrong["gradebook"][key] == 0, (key, wrong["gradebook"])
-        (failed,) = [cell for cell in wrong["validate"]["failed"]
-                     if f'check_answer("{lesson}", "{key}")' in cell["source"]]  # fmt: skip
-        assert phrase in " ".join(failed["raw_error"].split()), (key, failed["raw_error"])
+        fails_every_way(found["wrong"], key, f"not right yet. Revisit: {question.topic}",
+                        f'check_answer("{lesson}", "{key}")')  # fmt: skip
