@@ -11,8 +11,9 @@ bottom (that would redo training runs and figures). It runs, in order:
 * from every other code cell, only its imports, its ``def`` and ``class`` statements, and
   assignments whose right-hand side is a literal — the set-up the solutions may rely on
   (``import numpy as np``, a helper "from lesson 02"); and a course cell in full after all when
-  the learner's code missed a name it binds (``q5 = len(S)``, with ``S`` from the lesson's
-  example): the check then goes round again, as :func:`autograder.selfcheck.run_check` says.
+  the learner's code missed a name it binds (``q5 = len(words)``, with ``words`` from the
+  lesson's example): the check then goes round again, as :func:`autograder.selfcheck.run_check`
+  says.
 """
 
 from __future__ import annotations

@@ -139,6 +139,12 @@ def question_of(grade_id: str) -> str | None:
     return found.group(1) if found else None
 
 
+def graded_name(grade_id: str) -> str:
+    """The exercise or question a graded cell judges: ``test_softmax`` → ``softmax``,
+    ``test_check_attention`` → ``check_attention``, ``test_q1`` and ``check_q1`` → ``q1``."""
+    return re.sub(r"^(test|check)_", "", grade_id)
+
+
 def learner_notebook(
     lesson: str, edits: dict, wrong_answers: bool = False
 ) -> nbformat.NotebookNode:
@@ -191,7 +197,7 @@ def kernel_verdicts(nb: nbformat.NotebookNode) -> dict[str, str]:
         assert not errors or "raises-exception" in tags, (meta.get("grade_id"), cell.source[:200])
         if not meta.get("grade") or meta.get("solution"):
             continue
-        name = re.sub(r"^(test|check)_", "", meta["grade_id"])  # test_softmax, check_q1
+        name = graded_name(meta["grade_id"])
         if name not in checks.EXERCISES and not re.fullmatch(r"q\d+", name):
             continue
         if errors:
@@ -240,9 +246,7 @@ def pytest_verdicts(path: Path, course: Path) -> dict[str, str]:
 def gradebook_verdicts(course: Path, lesson: str, student: str) -> dict[str, float]:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         nb = gb.find_submission_notebook(lesson, lesson, student)
-        # test cells are test_NAME (test_check_attention too), a mastery question's test_q1 or
-        # check_q1
-        return {re.sub(r"^(test|check)_", "", g.name): g.score for g in nb.grades}
+        return {graded_name(g.name): g.score for g in nb.grades}
 
 
 @pytest.fixture(scope="module", params=LESSONS)
