@@ -10,15 +10,25 @@ bottom (that would redo training runs and figures). It runs, in order:
   numbers for the mastery questions);
 * from every other code cell, only its imports, its ``def`` and ``class`` statements, and
   assignments whose right-hand side is a literal — the set-up the solutions may rely on
-  (``import numpy as np``, a helper "from lesson 02"); and a course cell in full after all when
-  the learner's code missed a name it binds (``q5 = len(words)``, with ``words`` from the
-  lesson's example): the check then goes round again, as :func:`autograder.selfcheck.run_check`
-  says.
+  (``import numpy as np``, a helper "from lesson 02"). What a statement left out would have
+  changed is forgotten, not left stale: a name it binds again (``T = len(words)`` after
+  ``T = 4``) or changes in place (``scores[d_k] = ...``, ``history.append(loss)``) is deleted
+  where the statement stood, so code reading it later fails as a missing name instead of
+  reading a value that grading would not see;
+* and a course cell in full after all when the learner's code missed a name it binds or
+  changes (``q5 = len(words)``, with ``words`` from the lesson's example): the check then goes
+  round again, as :func:`autograder.selfcheck.run_check` says.
+
+Changes in place are read from the code: an assignment to, or ``del`` of, an item or attribute
+of a name, and a method called for its effect alone (a statement ``x.append(y)``); not a
+function that changes its argument (``np.fill_diagonal(A, 0)``). A module is never forgotten for
+a change in place: ``plt.rcParams[...] = ...`` configures a library.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -62,47 +72,108 @@ def lesson_of(path: Path) -> str:
 
 
 def setup_only(source: str) -> str:
-    """The imports, definitions and literal assignments of a cell, as source code."""
-    try:
-        tree = ast.parse(strip_magics(source))
-    except SyntaxError:
+    """The imports, definitions and literal assignments of a cell, as source code; in place of
+    each statement left out, the deletion of the names it would bind or change in place (a
+    module's attributes are its settings, not its value: a module is not deleted)."""
+    tree = _parse(source)
+    if tree is None:
         return ""
-    keep = []
+    keep: list[ast.stmt] = []
     for node in tree.body:
-        if isinstance(node, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef):
+        if _is_set_up(node):
             keep.append(node)
-        elif isinstance(node, ast.Assign | ast.AnnAssign) and _is_literal(node.value):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if all(_binds_names(t) for t in targets):  # x = 3, not K[i] = [1.0]
-                keep.append(node)
+            continue
+        bound = _bound(node)
+        keep += [_forget(name) for name in sorted(bound)]
+        keep += [
+            _forget(name, unless_module=True) for name in sorted(_changed_in_place(node) - bound)
+        ]
     return ast.unparse(ast.Module(body=keep, type_ignores=[]))
 
 
 def bound_names(source: str) -> set[str]:
     """The names a cell's top-level code binds (assignments, loops, ``with``, imports, ``def``)
     — not those local to its functions, classes, lambdas or comprehensions."""
-    try:
-        tree = ast.parse(strip_magics(source))
-    except SyntaxError:
-        return set()
-    out: set[str] = set()
+    tree = _parse(source)
+    return _bound(tree) if tree else set()
 
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+
+def changed_names(source: str) -> set[str]:
+    """The names a cell's top-level code binds or changes in place."""
+    tree = _parse(source)
+    return _bound(tree) | _changed_in_place(tree) if tree else set()
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(strip_magics(source))
+    except SyntaxError:
+        return None
+
+
+def _is_set_up(node: ast.stmt) -> bool:
+    """An import, a definition, or names bound to a literal (``x = 3``, not ``K[i] = [1.0]``)."""
+    if isinstance(node, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef):
+        return True
+    if isinstance(node, ast.Assign | ast.AnnAssign) and _is_literal(node.value):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return all(_binds_names(t) for t in targets)
+    return False
+
+
+def _this_scope(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and what it holds, down to but not into the functions, classes, lambdas and
+    comprehensions it defines (their names are bound here, their insides are not)."""
+    yield node
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
+                  | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):  # fmt: skip
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _this_scope(child)
+
+
+def _bound(tree: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for node in _this_scope(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
             out.add(node.id)
         elif isinstance(node, ast.alias):
             out.add((node.asname or node.name).split(".")[0])
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             out.add(node.name)
-            return
-        if isinstance(node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp
-                      | ast.GeneratorExp):  # fmt: skip
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
     return out
+
+
+def _changed_in_place(tree: ast.AST) -> set[str]:
+    """The names whose items or attributes the code assigns or deletes, or whose method it
+    calls as a statement of its own (``history.append(loss)``)."""
+    out: set[str] = set()
+    for node in _this_scope(tree):
+        if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(
+            node.ctx, ast.Store | ast.Del
+        ):
+            out |= _root(node)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            if isinstance(node.value.func, ast.Attribute):
+                out |= _root(node.value.func.value)
+    return out
+
+
+def _root(node: ast.AST) -> set[str]:
+    """The name at the bottom of ``a.b[c].d``, if it is one."""
+    while isinstance(node, ast.Subscript | ast.Attribute | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return {node.id} if isinstance(node, ast.Name) else set()
+
+
+def _forget(name: str, unless_module: bool = False) -> ast.stmt:
+    """``del name``, if it is defined (and, ``unless_module``, not a module)."""
+    delete = (
+        f"if type({name}).__name__ != 'module':\n        del {name}"
+        if unless_module
+        else f"del {name}"
+    )
+    return ast.parse(f"try:\n    {delete}\nexcept NameError:\n    pass").body[0]
 
 
 def _binds_names(target: ast.AST) -> bool:

@@ -24,7 +24,7 @@ from attnlib import checks, mastery, quiz
 
 from . import engine, scoring, submission, view
 from .limits import Limits
-from .notebook import bound_names, lesson_of, read, runs_whole, setup_only
+from .notebook import changed_names, lesson_of, read, runs_whole, setup_only
 from .runner import Runner
 from .template import Template
 
@@ -279,13 +279,14 @@ def _undefined_names(found: engine.Graded) -> dict[str, float]:
 
 def _cells_binding(nb, missed: dict[str, float], whole: set[int]) -> dict[int, list[str]]:
     """Course cells run for their set-up only that bind a name the learner's code missed, before
-    the cell that missed it: cell index → those names."""
+    the cell that missed it: cell index → those names. A cell that changes such a name in place
+    binds it too (its set-up forgot the name: autograder.notebook)."""
     out: dict[int, list[str]] = {}
     for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code" or meta.get("grade") or runs_whole(cell) or index in whole:
             continue
-        bound = bound_names(cell.source)
+        bound = changed_names(cell.source)
         names = [name for name, at in missed.items() if name in bound and index < at]
         if names:
             out[index] = names

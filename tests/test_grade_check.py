@@ -23,10 +23,10 @@ def check(path, *args, timeout=180):
     )  # fmt: skip
 
 
-def save(tmp_path, nb, name="mine"):
-    folder = tmp_path / name / LESSON
+def save(tmp_path, nb, name="mine", lesson=LESSON):
+    folder = tmp_path / name / lesson
     folder.mkdir(parents=True)
-    path = folder / f"{LESSON}.ipynb"
+    path = folder / f"{lesson}.ipynb"
     nbformat.write(nb, path)
     return path
 
@@ -57,6 +57,25 @@ def test_an_answer_that_uses_a_course_cells_result_is_judged_as_grading_judges_i
     assert whole.startswith("the cell that begins 'import math'"), whole  # after its magic
     assert whole.endswith("(words)"), whole
     assert "so they ran in full:" in check(save(tmp_path, nb, "again"), "--no-record").stdout
+
+
+@pytest.mark.lesson01
+def test_an_answer_that_reads_a_value_a_course_cell_fills_is_judged_as_grading_judges_it(tmp_path):
+    # lesson 01's cell of widths binds scores = {"unscaled": {}, "scaled": {}} (a literal: set-up)
+    # and fills it in a loop that the set-up leaves out: graded, this answer is 1024 // 16 = 64,
+    # right; read from the empty literal it was max() of nothing. The check forgets scores where
+    # the loop stood, and runs the cell whole when the answer misses it
+    lesson = "01-scoring"
+    nb = student_notebook(
+        lesson, {"answer_q2": [("q2 = 64", 'q2 = max(scores["unscaled"]) // 16')]}
+    )
+    done = check(save(tmp_path, nb, lesson=lesson), "--json", "--no-record")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert all(q["passed"] for q in report["questions"]), report["questions"]
+    assert report["problems"] == [], report["problems"]
+    # the cell that fills scores, and the one that binds rng, which that cell uses
+    assert [w.rsplit(" (", 1)[1] for w in report["ran_whole"]] == ["rng)", "scores)"], report
 
 
 def test_a_course_cell_whose_set_up_fails_is_named_as_the_cause(tmp_path):

@@ -1,9 +1,11 @@
 """What the self-check runs of a cell that is neither a solution nor a test: its set-up only."""
 
-from autograder.notebook import bound_names, setup_only
+from types import SimpleNamespace
+
+from autograder.notebook import bound_names, changed_names, setup_only
 
 
-def test_set_up_keeps_imports_definitions_and_literal_names_only():
+def test_set_up_keeps_imports_definitions_and_literal_names_only_and_forgets_the_rest():
     source = """%matplotlib inline
 import numpy as np
 from math import sqrt
@@ -23,6 +25,16 @@ class Box:
         "from math import sqrt",
         "words = ['it', 'was', 'tired']",
         "T, d = (4, 8)",
+        "try:",  # K_toy[...] = ... left out: K_toy is forgotten (as is obj, below)
+        "    if type(K_toy).__name__ != 'module':",
+        "        del K_toy",
+        "except NameError:",
+        "    pass",
+        "try:",
+        "    if type(obj).__name__ != 'module':",
+        "        del obj",
+        "except NameError:",
+        "    pass",
         "",
         "def helper(x):",
         "    return x + 1",
@@ -55,3 +67,49 @@ obj.size = 3
     assert bound_names(source) == {"np", "os", "root", "S", "i", "row", "total", "sink",
                                    "squares", "f", "helper", "Box"}  # fmt: skip
     assert bound_names("this is not python (") == set()
+
+
+def test_what_a_statement_left_out_would_change_is_forgotten_not_left_stale():
+    source = """import math
+T = 4
+T = len(words)
+scores = {"unscaled": {}}
+for d_k in (2, 4):
+    scores["unscaled"][d_k] = d_k * d_k
+history = [4.1]
+history.append(loss)
+K_toy = [[1.0, 0.0]]
+math.tau = 6.0
+config.size = 3
+print(math.tau, K_toy)
+size = 3
+"""
+    ns = {"T": 99, "d_k": 7, "size": 0, "config": SimpleNamespace(size=1)}  # earlier cells
+    exec(setup_only(source), ns)  # the loop and the append do not run
+    # grading would see T = 10, scores filled, a longer history: the check sees no stale value
+    for name in ("T", "scores", "d_k", "history", "config"):
+        assert name not in ns, name
+    # what the left-out statements do not touch is kept; math's settings are not math's value
+    assert ns["K_toy"] == [[1.0, 0.0]] and ns["size"] == 3 and ns["math"].tau != 6.0
+    # a literal bound again after the change is kept
+    ns = {}
+    exec(setup_only("xs = [1]\nxs.sort()\nxs = [2, 3]"), ns)
+    assert ns["xs"] == [2, 3]
+
+
+def test_the_names_a_cell_changes_are_those_it_binds_and_those_it_changes_in_place():
+    source = """scores = {}
+for d_k in widths:
+    scores[d_k] = score(d_k)
+history.append(1.0)
+model.head.weight[0] = 0.0
+del cache[0]
+plt.rcParams["figure.dpi"] = 80
+plt.gca().set_title("t")
+y = x.sum()
+def f(buf):
+    buf.append(1)
+"""
+    expected = {"scores", "d_k", "history", "model", "cache", "plt", "y", "f"}  # not x: read
+    assert changed_names(source) == expected
+    assert changed_names("this is not python (") == set()
