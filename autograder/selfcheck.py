@@ -82,7 +82,8 @@ class Report:
         that raised (each part after a blank line, indented under its heading)."""
         out = []
         if self.whole:
-            out += ["", "Your code uses what these course cells compute, so they ran in full:"]
+            out += ["", "Your code uses what these course cells compute, directly or through one "
+                    "another, so they ran in full:"]  # fmt: skip
             out += [f"  {w}" for w in self.whole]
         if self.problems:
             out += ["", "Problems running the notebook:"] + [f"  {p}" for p in self.problems]
