@@ -91,15 +91,10 @@ def setup_only(source: str) -> str:
     return ast.unparse(ast.Module(body=keep, type_ignores=[]))
 
 
-def bound_names(source: str) -> set[str]:
-    """The names a cell's top-level code binds (assignments, loops, ``with``, imports, ``def``)
-    — not those local to its functions, classes, lambdas or comprehensions."""
-    tree = _parse(source)
-    return _bound(tree) if tree else set()
-
-
 def changed_names(source: str) -> set[str]:
-    """The names a cell's top-level code binds or changes in place."""
+    """The names a cell's top-level code binds (assignments, loops, ``with``, imports, ``def``)
+    or changes in place — not those local to its functions, classes, lambdas or
+    comprehensions."""
     tree = _parse(source)
     return _bound(tree) | _changed_in_place(tree) if tree else set()
 

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from autograder.notebook import bound_names, changed_names, setup_only
+from autograder.notebook import changed_names, setup_only
 
 
 def test_set_up_keeps_imports_definitions_and_literal_names_only_and_forgets_the_rest():
@@ -45,7 +45,7 @@ class Box:
     assert setup_only("this is not python (") == ""
 
 
-def test_the_names_a_cell_binds_are_its_top_level_ones():
+def test_the_names_a_cell_changes_are_its_top_level_ones():
     source = """%matplotlib inline
 import numpy as np, os.path
 from math import sqrt as root
@@ -64,9 +64,9 @@ class Box:
 K_toy[0] = 1.0
 obj.size = 3
 """
-    assert bound_names(source) == {"np", "os", "root", "S", "i", "row", "total", "sink",
-                                   "squares", "f", "helper", "Box"}  # fmt: skip
-    assert bound_names("this is not python (") == set()
+    # not k, y, inner, size: local to a comprehension, a lambda, a function, a class
+    assert changed_names(source) == {"np", "os", "root", "S", "i", "row", "total", "sink",
+                                     "squares", "f", "helper", "Box", "K_toy", "obj"}  # fmt: skip
 
 
 def test_what_a_statement_left_out_would_change_is_forgotten_not_left_stale():
