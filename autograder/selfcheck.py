@@ -216,10 +216,8 @@ def _judge(
     with contextlib.ExitStack() as stack:
         demos = None
         if view.has_demos(lesson):  # its template warms while the notebook runs for verdicts
-            demos = stack.enter_context(
-                Template(lesson, isolation, grading=False, demos=True, wait=False)
-            )
-        template = stack.enter_context(Template(lesson, isolation, grading=False, wait=False))
+            demos = stack.enter_context(Template(lesson, isolation, demos=True, wait=False))
+        template = stack.enter_context(Template(lesson, isolation, wait=False))
         checks.draw_ahead(lesson)  # while the template warms
         template.ready()
         runner = Runner(template, limits, files, student=quiz.learner_id())

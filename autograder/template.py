@@ -94,7 +94,6 @@ class Template:
         self,
         lesson: str,
         isolation: str = "namespaces",
-        grading: bool = True,
         demos: bool = False,
         wait: bool = True,
     ):
@@ -102,7 +101,7 @@ class Template:
         its own process meanwhile, and :meth:`ready` (or the first :meth:`spawn`) waits for it."""
         if isolation not in ("namespaces", "none"):
             raise ValueError(f"isolation is 'namespaces' or 'none', not {isolation!r}")
-        self.lesson, self.isolation, self.grading = lesson, isolation, grading
+        self.lesson, self.isolation = lesson, isolation
         self.demos = demos  # the demonstrations' edition (view.demo_files): no verdicts here
         self.claim: identity.Claim | None = None
         self.folder: str | None = None  # the edition's links, without a view
@@ -131,13 +130,13 @@ class Template:
             if os.geteuid() == 0:
                 self.claim = identity.claim()
             uid = self.claim.uid if self.claim else None
-            argv = view.command(self.lesson, theirs.fileno(), uid, self.grading, demos=self.demos)
+            argv = view.command(self.lesson, theirs.fileno(), uid, demos=self.demos)
             env = None
         else:
             self.folder = tempfile.mkdtemp(prefix="attn-grade-edition-")
             view.materialize(self.lesson, Path(self.folder), self.demos)
             argv = view.template_argv(theirs.fileno(), isolate=False)
-            env = {**view.environment(self.lesson, self.grading), "PYTHONPATH": self.folder}
+            env = {**view.environment(self.lesson), "PYTHONPATH": self.folder}
         self.process = subprocess.Popen(
             argv,
             pass_fds=[theirs.fileno()],

@@ -232,9 +232,11 @@ def probe() -> str | None:
     return None
 
 
-def environment(lesson: str, grading: bool) -> dict[str, str]:
-    """The sandbox's whole environment: an allow-list, nothing inherited."""
-    env = {
+def environment(lesson: str) -> dict[str, str]:
+    """The sandbox's whole environment: an allow-list, nothing inherited. ``NBGRADER_EXECUTION``
+    is set as nbgrader sets it when grading, for the self-check too: a lesson that trains a model
+    trains it briefly, as in the graded run whose verdict the check foretells."""
+    return {
         "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
@@ -249,10 +251,8 @@ def environment(lesson: str, grading: bool) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "ATTN_LESSON": lesson,
+        "NBGRADER_EXECUTION": "autograde",
     }
-    if grading:
-        env["NBGRADER_EXECUTION"] = "autograde"
-    return env
 
 
 def python_dirs() -> list[str]:
@@ -287,7 +287,6 @@ def command(
     lesson: str,
     control_fd: int,
     uid: int | None,
-    grading: bool = True,
     tmp_mb: int = 256,
     demos: bool = False,
 ) -> list[str]:
@@ -332,7 +331,7 @@ def command(
         made.add(dest)
     for path in hidden_installs():
         args += ["--tmpfs", path, "--remount-ro", path]
-    for key, value in environment(lesson, grading).items():
+    for key, value in environment(lesson).items():
         args += ["--setenv", key, value]
     args += ["--chdir", "/tmp", "--"]
     if uid is not None:

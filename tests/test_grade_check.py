@@ -78,6 +78,18 @@ def test_an_answer_that_reads_a_value_a_course_cell_fills_is_judged_as_grading_j
     assert [w.rsplit(" (", 1)[1] for w in report["ran_whole"]] == ["rng)", "scores)"], report
 
 
+def test_the_check_runs_the_notebook_as_grading_runs_it(tmp_path):
+    # NBGRADER_EXECUTION is set as when graded, so a lesson that trains a model trains it briefly
+    # in the check too (were a course cell that trains needed whole): what the learner's code
+    # sees of it is what grading's run sees
+    answer = 'import os\nq3 = -1 if os.environ.get("NBGRADER_EXECUTION") == "autograde" else 0'
+    nb = student_notebook(LESSON, {"answer_q3": [("q3 = -1", answer)]})
+    done = check(save(tmp_path, nb), "--json", "--no-record")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert all(q["passed"] for q in report["questions"]), report["questions"]
+
+
 def test_a_course_cell_whose_set_up_fails_is_named_as_the_cause(tmp_path):
     nb = student_notebook(LESSON, {})
     (imports,) = [c for c in nb.cells if c.cell_type == "code" and "import numpy as np" in c.source]

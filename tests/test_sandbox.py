@@ -189,7 +189,7 @@ def test_a_sandbox_starts_as_a_fresh_kernel(template):
 def test_the_environment_is_an_allow_list(template):
     env = value(template, "import json, os\nprint(json.dumps(dict(os.environ)))")
     assert SECRET not in json.dumps(env)
-    assert set(env) <= set(view.environment(LESSON, grading=True)) | {"PWD", "HOME", "TMPDIR",
+    assert set(env) <= set(view.environment(LESSON)) | {"PWD", "HOME", "TMPDIR",
                                                                         "MPLBACKEND"}  # fmt: skip
 
 
