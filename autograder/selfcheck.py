@@ -112,8 +112,8 @@ class Report:
         return "\n".join(out)
 
 
-# Rounds of the check at most: set-up only; then with the course cells that bind what the
-# learner's code missed; then with those that bind what those cells missed in turn.
+# Rounds of the check at most: set-up only; then with the course cells that bind or change what
+# the learner's code missed; then with those that bind or change what those cells missed.
 ROUNDS = 3
 _UNDEFINED = re.compile(r"name '(\w+)' is not defined")
 
@@ -148,8 +148,8 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
     """Check the notebook at ``path``; raise :class:`NotebookError` if it cannot be read.
 
     Course cells run only for their set-up, unless the learner's code needs more of one: a name
-    it missed (a ``NameError``) that a course cell before it binds sends the check round again
-    with that cell run whole, as grading runs it (at most :data:`ROUNDS` rounds)."""
+    it missed (a ``NameError``) that a course cell before it binds or changes sends the check
+    round again with that cell run whole, as grading runs it (at most :data:`ROUNDS` rounds)."""
     path = Path(path)
     nb = read(path)
     lesson = lesson_of(path)
