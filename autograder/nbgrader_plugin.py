@@ -17,6 +17,11 @@ after each step as nbconvert does after every preprocessor.
   (:mod:`autograder.engine`), so ``SaveAutoGrades`` — nbgrader's own — scores what the grader
   decided and nothing the notebook displayed.
 
+:class:`Deduplicate` and :class:`RestoreCells` take the place of nbgrader's ``DeduplicateIds``
+and ``OverwriteCells``: a notebook whose course cells a learner copied, retyped or deleted is
+graded (nbgrader's fail such a student), every course cell's tag is rebuilt from the gradebook,
+and the learner is told what was set back (:mod:`autograder.cells`).
+
 And :class:`CheckCellMetadata` is nbgrader's check of the cells' metadata against the same
 schema, with the schema's validator built once: nbgrader's builds it and checks the schema itself
 again for every cell of every notebook, twice per submission.
@@ -47,7 +52,6 @@ from nbgrader.nbgraderformat.common import BaseMetadataValidator
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     ClearOutput,
-    DeduplicateIds,
     IgnorePattern,
     LimitOutput,
     NbGraderPreprocessor,
@@ -58,7 +62,7 @@ from nbgrader.preprocessors import (
 from nbgrader.preprocessors import CheckCellMetadata as NbgraderCheckCellMetadata
 from traitlets import Float, Integer, Unicode
 
-from . import history, submission
+from . import cells, history, submission
 from .limits import Limits
 from .protocol import scrub
 from .template import shared_pair
@@ -181,6 +185,119 @@ def _scrub_notebook(nb) -> None:
 
 
 _ahead: dict[tuple, tuple[dict, dict]] | None = None
+# what the sanitizing steps repaired in a notebook (cells.py), for TrustedExecute to tell the
+# learner: (student, assignment, notebook, gradebook) → notes
+_repairs: dict[tuple, list[str]] = {}
+
+
+class Deduplicate(NbGraderPreprocessor):
+    """nbgrader's ``DeduplicateIds`` done whole: of the cells sharing a grade id, the last keeps
+    its tag; the others, and any tag without a grade id, lose it entirely
+    (:func:`autograder.cells.deduplicate`; nbgrader's leaves them an empty tag, on which its
+    ``OverwriteCells`` then fails)."""
+
+    def preprocess(self, nb, resources):
+        self.notes = cells.deduplicate(nb)
+        for note in self.notes:
+            self.log.warning("%s", note)
+        return nb, resources
+
+
+class RestoreCells(OverwriteCells):
+    """nbgrader's ``OverwriteCells``, with every course cell's tag rebuilt from the gradebook.
+
+    nbgrader's checks the learner's tag field by field and fails the whole student on a field it
+    cannot set back (``Inconsistent checksums`` for a test cell whose ``grade`` flag was turned
+    off; ``No such grade cell`` for an answer cell given points). Here a tag whose grade id the
+    gradebook knows is replaced by the gradebook's (role, points, checksum, type), the cell's type
+    is set back to the gradebook's, and a locked cell's source too; a tag the gradebook does not
+    know is removed (the cell runs as an ordinary one). A graded cell that is missing is put back
+    after the nearest earlier course cell the notebook still has (nbgrader's fails when that
+    is missing as well), or last, where every answer above it is defined. What it changed is
+    noted for the learner.
+    """
+
+    def preprocess(self, nb, resources):
+        self.notes: list[str] = []
+        self._known = None
+        return super().preprocess(nb, resources)
+
+    def _course(self):
+        """The notebook's course cells from the gradebook, read once: the source cells in order;
+        the grade cells, the solution ids and the task ids."""
+        if self._known is None:
+            found = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+            self._known = (
+                list(found.source_cells),
+                {c.name: c for c in found.grade_cells},
+                {c.name for c in found.solution_cells},
+                {c.name: c for c in found.task_cells},
+            )
+        return self._known
+
+    def _tag(self, source, old: dict) -> dict:
+        _, grades, solutions, tasks = self._course()
+        tag = {
+            "cell_type": source.cell_type,
+            "checksum": source.checksum,
+            "grade": source.name in grades,
+            "grade_id": source.name,
+            "locked": bool(source.locked),
+            "schema_version": 3,
+            "solution": source.name in solutions,
+            "task": source.name in tasks,
+        }
+        graded = grades.get(source.name) or tasks.get(source.name)
+        if graded is not None:  # the learner's number where it is the same (2, not 2.0)
+            points = old.get("points")
+            same = type(points) in (int, float) and points == graded.max_score
+            tag["points"] = points if same else graded.max_score
+        return tag
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        grade_id = cells.grade_id_of(cell)
+        if grade_id is None:
+            return cell, resources
+        sources = {c.name: c for c in self._course()[0]}
+        source = sources.get(grade_id)
+        if source is None:
+            self.log.warning("Cell '%s' does not exist in the database", grade_id)
+            del cell.metadata["nbgrader"]
+            self.notes.append(f"a cell was tagged {grade_id}, which the lesson has no cell of: "
+                              "it ran as an ordinary cell")  # fmt: skip
+            return cell, resources
+        old = dict(cell.metadata["nbgrader"])
+        cell.metadata["nbgrader"] = self._tag(source, old)
+        for key in ("grade", "solution", "locked", "task", "points"):
+            if key in old and old.get(key) != cell.metadata["nbgrader"].get(key):
+                self.report_change(grade_id, key, cell.metadata["nbgrader"].get(key), old[key])
+        was = cell.cell_type
+        note = cells.restore_type(cell, source.cell_type)
+        if note:
+            self.report_change(grade_id, "cell_type", source.cell_type, was)
+            self.notes.append(note)
+        if source.locked and cell.source != source.source:
+            self.report_change(grade_id, "source", "the course's", "changed")
+            cell.source = source.source
+        return cell, resources
+
+    def add_missing_grade_cells(self, nb, resources):
+        order, grades, solutions, _ = self._course()
+        for index, source in enumerate(order):
+            if source.name not in grades:
+                continue
+            present = {cells.grade_id_of(c): i for i, c in enumerate(nb.cells)}
+            if source.name in present:
+                continue
+            self.log.warning("Missing grade cell %s encountered, adding to notebook", source.name)
+            before = (present[c.name] for c in reversed(order[:index]) if c.name in present)
+            cell = self.missing_cell_transform(
+                source, grades[source.name].max_score, is_solution=source.name in solutions
+            )
+            nb.cells.insert(next(before, len(nb.cells) - 1) + 1, cell)
+            self.notes.append(f"cell {source.name} was missing: the lesson's was put back and "
+                              "graded")  # fmt: skip
+        return nb, resources
 
 
 class Sanitize(NbGraderPreprocessor):
@@ -209,8 +326,12 @@ class Sanitize(NbGraderPreprocessor):
         """Run the steps; validate after each (``last``: after the last one too)."""
         import nbformat
 
+        notes = []
         for n, step in enumerate(SANITIZE_STEPS, 1):
-            nb, resources = step(parent=self)(nb, resources)
+            done = step(parent=self)
+            nb, resources = done(nb, resources)
+            notes += getattr(done, "notes", [])
+            _repairs[_ahead_key(resources)] = notes
             if n == len(SANITIZE_STEPS) and not last:
                 break
             try:
@@ -345,6 +466,9 @@ class TrustedExecute(NbGraderPreprocessor):
             result = engine.grade(
                 plain, template, self.limits(), files, info["student"], demos
             ).as_dict()
+        repaired = _repairs.pop(_ahead_key(resources), [])
+        if repaired:  # the learner hears what was set back before their notebook ran
+            result = {**result, "notes": list(dict.fromkeys(repaired + result.get("notes", [])))}
         apply(nb, result)
         if _kept is not None:
             _kept[info["notebook"]] = result
@@ -378,7 +502,7 @@ def apply(nb, result: dict) -> None:
         cell.execution_count = rec.get("execution_count")
 
 
-SANITIZE_STEPS = [CheckSubmission, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+SANITIZE_STEPS = [CheckSubmission, ClearOutput, Deduplicate, OverwriteKernelspec, RestoreCells,
                   CheckCellMetadata]  # fmt: skip
 SANITIZE = [Sanitize]
 AUTOGRADE = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,

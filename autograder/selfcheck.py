@@ -22,7 +22,7 @@ from pathlib import Path
 
 from attnlib import checks, mastery, quiz
 
-from . import engine, scoring, submission, view
+from . import cells, engine, scoring, submission, view
 from .limits import Limits
 from .notebook import changed_names, lesson_of, read, runs_whole, setup_only
 from .runner import Runner
@@ -56,6 +56,7 @@ class Report:
     mastery: dict | None = None
     isolation: str = "namespaces"
     whole: list[str] = field(default_factory=list)  # course cells run whole: the names needed
+    repairs: list[str] = field(default_factory=list)  # course cells set back, as grading does
 
     @property
     def passed(self) -> bool:
@@ -73,6 +74,7 @@ class Report:
             "questions": [asdict(x) for x in self.lines if x.kind == "question"],
             "problems": self.problems,
             "ran_whole": self.whole,
+            "repaired": self.repairs,
             "mastery": self.mastery,
             "isolation": self.isolation,
         }
@@ -81,6 +83,9 @@ class Report:
         """What the check noticed besides its verdicts: course cells it ran whole, and cells
         that raised (each part after a blank line, indented under its heading)."""
         out = []
+        if self.repairs:
+            out += ["", "Course cells your notebook changed, checked as grading will check them:"]
+            out += [f"  {r}" for r in self.repairs]
         if self.whole:
             out += ["", "Your code uses what these course cells compute, directly or through one "
                     "another, so they ran in full:"]  # fmt: skip
@@ -152,6 +157,7 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
     round again with that cell run whole, as grading runs it (at most :data:`ROUNDS` rounds)."""
     path = Path(path)
     nb = read(path)
+    repairs = cells.repair(nb)  # as grading repairs it, before anything runs
     lesson = lesson_of(path)
     exercises = [e.name for e in checks.LESSONS[lesson]]
     questions = quiz.questions(lesson)
@@ -160,7 +166,7 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
         files = submission.files_beside(path.parent)
     except (OSError, submission.Refused):
         pass
-    report = Report(str(path), lesson, isolation=isolation())
+    report = Report(str(path), lesson, isolation=isolation(), repairs=repairs)
     whole: dict[int, list[str]] = {}  # course cell run whole → the names the learner's code needs
     for round_ in range(1, ROUNDS + 1):
         plan = steps(nb, set(whole))

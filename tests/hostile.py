@@ -11,6 +11,7 @@ clone, is the whole suite run from one.)
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from collections.abc import Callable
@@ -63,6 +64,7 @@ class Attack:
     extra: list[str] = field(default_factory=list)  # code cells appended at the end
     plant: Callable[[Path, Path], None] | None = None  # (submission folder, course) → None
     drop: list[str] = field(default_factory=list)  # grade_ids of cells deleted
+    tamper: Callable[[dict], None] | None = None  # changes the notebook's course cells
     lost: dict[str, int] | str = field(default_factory=dict)
 
 
@@ -118,6 +120,76 @@ def _hidden_link(folder: Path, course: Path) -> None:
     os.symlink(course / "gradebook.db", folder / "data" / ".cache")
 
 
+def _tagged(nb: dict, grade_id: str) -> int:
+    """The index of the cell tagged ``grade_id``."""
+    return next(i for i, c in enumerate(nb["cells"])
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)  # fmt: skip
+
+
+def _tag(grade_id: str, **changes) -> Callable[[dict], None]:
+    """Change the nbgrader tag of the cell ``grade_id``."""
+    return lambda nb: nb["cells"][_tagged(nb, grade_id)]["metadata"]["nbgrader"].update(changes)
+
+
+def _copy_below(grade_id: str, source: str | None = None, at_end: bool = False):
+    """Copy the cell ``grade_id`` (tag and all, as JupyterLab copies) below it or last; with
+    ``source``, the copy's source."""
+
+    def tamper(nb: dict) -> None:
+        index = _tagged(nb, grade_id)
+        copied = copy.deepcopy(nb["cells"][index])
+        copied["id"] = f"copy-{index}"
+        if source is not None:
+            copied["source"] = source
+        nb["cells"].insert(len(nb["cells"]) if at_end else index + 1, copied)
+
+    return tamper
+
+
+def _as_markdown(grade_id: str) -> Callable[[dict], None]:
+    """Turn the cell ``grade_id`` into Markdown (M in command mode)."""
+
+    def tamper(nb: dict) -> None:
+        cell = nb["cells"][_tagged(nb, grade_id)]
+        cell["cell_type"] = "markdown"
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
+
+    return tamper
+
+
+def _rename(grade_id: str, new: str, source: str) -> Callable[[dict], None]:
+    def tamper(nb: dict) -> None:
+        cell = nb["cells"][_tagged(nb, grade_id)]
+        cell["metadata"]["nbgrader"]["grade_id"] = new
+        cell["source"] = source
+
+    return tamper
+
+
+def _answer_untagged(nb: dict) -> None:
+    """Delete the softmax cell and its test cell; the answer again, in a new untagged cell."""
+    from nbformat.v4 import new_code_cell
+
+    index = _tagged(nb, "softmax")
+    answer = nb["cells"][index]["source"]
+    del nb["cells"][_tagged(nb, "test_softmax")]
+    nb["cells"][index] = new_code_cell(answer)
+
+
+# Honest notebooks whose course cells a learner changed by accident: graded in full both ways,
+# the change set back and named in the feedback (autograder/cells.py). name → (the change,
+# words the feedback's note holds)
+ACCIDENTS = {
+    "copied-an-answer-cell": (_copy_below("softmax"), "cell softmax appears 2 times"),
+    "copied-a-test-cell": (_copy_below("test_masked_softmax"),
+                           "cell test_masked_softmax appears 2 times"),
+    "answer-cell-made-markdown": (_as_markdown("answer_q1"),
+                                  "cell answer_q1 was turned into a markdown cell"),
+    "retyped-an-answer": (_answer_untagged, "cell test_softmax was missing"),
+}  # fmt: skip
+
+
 def corpus(course: Path, repo: Path) -> dict[str, Attack]:
     """Every attack, for a course at ``course`` (some attacks aim at its files)."""
     return {
@@ -150,6 +222,30 @@ get_ipython().events.register("pre_run_cell", _forge)
             1, "a wrong softmax whose test cell is deleted, so nothing can fail",
             cells={"softmax": WRONG["softmax"]}, drop=["test_softmax"], lost=SOFTMAX_ONLY,
         ),
+        "inflates-its-points": Attack(
+            1, "a wrong softmax whose test cell's tag claims 200 points",
+            cells={"softmax": WRONG["softmax"]}, tamper=_tag("test_softmax", points=200),
+            lost=SOFTMAX_ONLY),
+        "ungrades-its-test-cell": Attack(
+            1, "a wrong softmax whose test cell's tag says it is neither graded nor locked",
+            cells={"softmax": WRONG["softmax"]},
+            tamper=_tag("test_softmax", grade=False, locked=False), lost=SOFTMAX_ONLY),
+        "renames-its-test-cell": Attack(
+            1, "a wrong softmax whose test cell is emptied and tagged with an unknown id",
+            cells={"softmax": WRONG["softmax"]},
+            tamper=_rename("test_softmax", "test_softmax_mine", "pass"), lost=SOFTMAX_ONLY),
+        "grades-its-answer-cell": Attack(
+            1, "a wrong softmax whose own cell's tag makes it a graded cell worth 100 points",
+            cells={"softmax": WRONG["softmax"]},
+            tamper=_tag("softmax", grade=True, points=100), lost=SOFTMAX_ONLY),
+        "hides-its-test-in-markdown": Attack(
+            1, "a wrong softmax whose test cell is turned into Markdown, so it cannot run",
+            cells={"softmax": WRONG["softmax"]}, tamper=_as_markdown("test_softmax"),
+            lost=SOFTMAX_ONLY),
+        "copies-its-test-cell-empty": Attack(
+            1, "a wrong softmax; a copy of its test cell, emptied, last in the notebook",
+            cells={"softmax": WRONG["softmax"]},
+            tamper=_copy_below("test_softmax", source="pass", at_end=True), lost=SOFTMAX_ONLY),
         # -- 2: students and the course not separated -------------------------------------------
         "links-another-notebook": Attack(2, "the notebook is a link to honest-a's notebook",
                                          plant=_link_notebook, lost=REFUSED),

@@ -205,3 +205,25 @@ print(sorted({{name.split(".")[0] for name in sys.modules}} & {{"nbgrader", "nbc
     assert loaded == "[]", loaded
     report = json.loads("\n".join(report))
     assert report["passed"], report
+
+
+def test_course_cells_changed_by_accident_are_checked_as_grading_checks_them(tmp_path):
+    # the accidents of tests/hostile.py, each graded in full both ways in test_grade_hostile.py
+    from hostile import ACCIDENTS
+
+    for name, (change, note) in ACCIDENTS.items():
+        nb = student_notebook(LESSON, {})
+        change(nb)
+        done = check(save(tmp_path, nb, name), "--json", "--no-record")
+        report = json.loads(done.stdout)
+        assert done.returncode == 0, (name, report)
+        assert all(x["passed"] for x in report["exercises"] + report["questions"]), name
+        if name != "retyped-an-answer":  # a missing test cell: the check judges at the end
+            assert any(note in r for r in report["repaired"]), (name, report["repaired"])
+    shown = check(save(tmp_path, nb, "shown"), "--no-record").stdout
+    assert "Course cells your notebook changed, checked as grading will check them:" not in shown
+    nb = student_notebook(LESSON, {})
+    ACCIDENTS["answer-cell-made-markdown"][0](nb)
+    shown = check(save(tmp_path, nb, "markdown"), "--no-record").stdout
+    assert "Course cells your notebook changed, checked as grading will check them:" in shown
+    assert "press Y" in shown

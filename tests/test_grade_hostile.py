@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from course import BIN, REPO, env, make_course
-from hostile import LESSON, MARKER, ODD_NAMES, REFUSED, SECRET, UNGRADABLE_NAMES, corpus
+from hostile import ACCIDENTS, LESSON, MARKER, ODD_NAMES, REFUSED, SECRET, UNGRADABLE_NAMES, corpus
 from nbformat.v4 import new_code_cell, new_markdown_cell
 from nbgrader.api import Gradebook
 from test_grade_students import edit_cell, student_notebook, submit
@@ -55,6 +55,10 @@ def build(course: Path, attacks: dict) -> None:
         folder.mkdir(parents=True)
         nbformat.write(honest_notebook(), folder / f"{LESSON}.ipynb")
     submit(course, LESSON, "corrupted", '{"cells": [ this is not a notebook')
+    for name, (change, _) in ACCIDENTS.items():
+        nb = honest_notebook()
+        change(nb)
+        submit(course, LESSON, name, nb)
     for name, attack in attacks.items():
         nb = student_notebook(LESSON, {})
         for grade_id, source in attack.cells.items():
@@ -63,6 +67,8 @@ def build(course: Path, attacks: dict) -> None:
                     not in attack.drop]  # fmt: skip
         for source in attack.extra:
             nb.cells.append(new_code_cell(source))
+        if attack.tamper is not None:
+            attack.tamper(nb)
         if attack.klass == 6:
             nb.cells.append(new_markdown_cell("<script>alert('markdown')</script> **bold**"))
         path = submit(course, LESSON, name, nb)
@@ -171,6 +177,18 @@ def test_no_attack_gains_a_point(graded, way, name):
         return
     expected = {cell: points - attack.lost.get(cell, 0) for cell, points in full(course).items()}
     assert got == expected, (attack.what, got)
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_a_notebook_whose_course_cells_changed_by_accident_keeps_every_point(graded, way):
+    course = graded[way]
+    for student, (_, note) in ACCIDENTS.items():
+        assert scores(course, student) == full(course), (way, student)
+        if way == "ours":
+            result = graded["results"][student]
+            assert any(note in p for p in result["problems"]), result
+            page = course / "autograded" / student / LESSON / "attn-feedback.md"
+            assert note in page.read_text(encoding="utf-8"), student
 
 
 def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
