@@ -330,7 +330,7 @@ def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class
                                      headless=True, timeout=60 * MS)  # fmt: skip
         try:
             page = browser.new_page()
-            page.set_default_timeout(15 * MS)
+            page.set_default_timeout(30 * MS)  # as the other browser tests: the suite loads 2 cores
             problems, dialogs, requests = [], [], []
             page.on("console", lambda m: m.type == "error" and problems.append(m.text))
             page.on("pageerror", lambda e: problems.append(str(e)))
