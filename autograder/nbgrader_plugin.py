@@ -223,12 +223,14 @@ class RestoreCells(OverwriteCells):
         return super().preprocess(nb, resources)
 
     def _course(self):
-        """The notebook's course cells from the gradebook, read once: the source cells in order;
-        the grade cells, the solution ids and the task ids."""
+        """The notebook's course cells from the gradebook, read once: the source cells in order,
+        and by grade id; the grade cells, the solution ids and the task cells."""
         if self._known is None:
             found = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+            order = list(found.source_cells)
             self._known = (
-                list(found.source_cells),
+                order,
+                {c.name: c for c in order},
                 {c.name: c for c in found.grade_cells},
                 {c.name for c in found.solution_cells},
                 {c.name: c for c in found.task_cells},
@@ -236,7 +238,7 @@ class RestoreCells(OverwriteCells):
         return self._known
 
     def _tag(self, source, old: dict) -> dict:
-        _, grades, solutions, tasks = self._course()
+        _, _, grades, solutions, tasks = self._course()
         tag = {
             "cell_type": source.cell_type,
             "checksum": source.checksum,
@@ -258,13 +260,12 @@ class RestoreCells(OverwriteCells):
         grade_id = cells.grade_id_of(cell)
         if grade_id is None:
             return cell, resources
-        sources = {c.name: c for c in self._course()[0]}
-        source = sources.get(grade_id)
+        source = self._course()[1].get(grade_id)
         if source is None:
-            self.log.warning("Cell '%s' does not exist in the database", grade_id)
+            self.log.warning("Cell '%s' does not exist in the database", grade_id[:60])
             del cell.metadata["nbgrader"]
-            self.notes.append(f"a cell was tagged {grade_id}, which the lesson has no cell of: "
-                              "it ran as an ordinary cell")  # fmt: skip
+            self.notes.append(f"a cell was tagged {grade_id[:60]}, which the lesson has no cell "
+                              "of: it ran as an ordinary cell")  # fmt: skip
             return cell, resources
         old = dict(cell.metadata["nbgrader"])
         cell.metadata["nbgrader"] = self._tag(source, old)
@@ -282,7 +283,7 @@ class RestoreCells(OverwriteCells):
         return cell, resources
 
     def add_missing_grade_cells(self, nb, resources):
-        order, grades, solutions, _ = self._course()
+        order, _, grades, solutions, _ = self._course()
         for index, source in enumerate(order):
             if source.name not in grades:
                 continue

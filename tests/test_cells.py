@@ -154,3 +154,25 @@ def test_a_missing_test_cell_whose_answer_cell_is_missing_too_goes_after_the_las
     restored = [cells.grade_id_of(c) for c in ours.cells[len(nb.cells) :]]
     assert restored == [cells.grade_id_of(c) for c in release().cells
                         if c.metadata.get("nbgrader", {}).get("grade")]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_unknown_grade_id_is_named_to_the_learner_cut_short(course):
+    from autograder.nbgrader_plugin import RestoreCells
+
+    nb = release()
+    (index,) = tagged(nb, "test_softmax")
+    nb.cells[index].metadata["nbgrader"]["grade_id"] = "mine-" + "x" * 10_000
+    path = submit(course, LESSON, "ada", nb)
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    info = {"student": "ada", "assignment": LESSON, "notebook": LESSON,
+            "db_url": f"sqlite:///{course / 'gradebook.db'}"}  # fmt: skip
+    step = RestoreCells(config=config)
+    done, _ = step(nb, {"nbgrader": info, "metadata": {"path": str(path.parent)}})
+    (note, put_back) = step.notes
+    assert note.startswith("a cell was tagged mine-xxx") and len(note) < 150, note
+    assert put_back == "cell test_softmax was missing: the lesson's was put back and graded"
+    (answer,) = tagged(done, "softmax")  # the nearest earlier course cell
+    assert tagged(done, "test_softmax") == [answer + 1]
+    assert "nbgrader" not in done.cells[answer + 2].metadata  # the renamed one, now ordinary
+    assert done.cells[answer + 2].source == release().cells[index].source
