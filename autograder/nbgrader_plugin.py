@@ -479,6 +479,7 @@ class TrustedExecute(NbGraderPreprocessor):
             "verdicts": [{**v, "grade_id": _grade_id(nb, v["cell"])}
                          for v in result.get("verdicts", [])],
             "notes": list(result.get("notes", []))[:20],
+            "repaired": repaired[:20],  # course cells set back (cells.py), for attn-grade report
         })  # fmt: skip
         return nb, resources
 

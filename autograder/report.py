@@ -16,7 +16,9 @@ Per lesson it computes three tables:
   submission, how many ever made it, in how many submissions;
 * **students** — total score, mastery (the points of the mastery questions, the cells
   ``test_q*``, at least :data:`attnlib.mastery.THRESHOLD` of their total), attempts (distinct
-  submissions), whether they are *stuck*, and grading seconds.
+  submissions), whether they are *stuck*, grading seconds, and the course cells their current
+  submission had changed by accident and grading set back (:mod:`autograder.cells`: a copied,
+  retyped or deleted cell; tell them to use a fresh copy of the lesson).
 
 **Stuck**: a student is stuck when the same named mistake, on the same graded cell, is in each of
 their last :data:`STUCK_AFTER` distinct submissions of a notebook (a regrade of an unchanged
@@ -78,6 +80,7 @@ class Attempt:
     at: float
     seconds: float
     mistakes: set[tuple[str, str]]  # (cell key, mistake)
+    repaired: list[str] = field(default_factory=list)  # course cells set back (autograder.cells)
 
 
 @dataclass
@@ -121,6 +124,7 @@ class StudentStats:
     mistakes_now: list[str]  # "cell: mistake", from the current submission
     seconds: float | None  # grading time of the current submission(s)
     seconds_total: float  # grading time of every recorded grading
+    set_back: list[str] = field(default_factory=list)  # course cells the current one changed
 
 
 @dataclass
@@ -281,6 +285,7 @@ def attempts_of(entries, cells: list[Cell]) -> dict[str, list[Attempt]]:
                 at=float(entry.get("at") or 0.0),
                 seconds=float(entry.get("seconds") or 0.0),
                 mistakes=mistakes_in(entry, notebook, checks),
+                repaired=[str(n) for n in entry.get("repaired") or [] if isinstance(n, str)],
             )
         )
     return dict(out)
@@ -393,6 +398,7 @@ def student_stats(lesson, student, cells, grades, attempts, after=STUCK_AFTER) -
         mistakes_now=[f"{cell}: {mistake}" for cell, mistake in current],
         seconds=round(sum(a[-1].seconds for a in notebooks.values()), 3) if notebooks else None,
         seconds_total=round(sum(a.seconds for a in attempts), 3),
+        set_back=[note for a in notebooks.values() for note in a[-1].repaired],
     )
 
 
@@ -450,6 +456,7 @@ def summary(report: LessonReport) -> dict:
         "mean_score": round(sum(s.score for s in graded) / len(graded), 4) if graded else None,
         "mastered": sum(s.mastered is True for s in report.students),
         "stuck": sum(s.stuck for s in report.students),
+        "set_back": sum(bool(s.set_back) for s in report.students),
     }
 
 
@@ -480,6 +487,10 @@ def text_summary(reports: list[LessonReport]) -> str:
         for student in report.students:
             if student.stuck:
                 lines.append(f"  stuck: {student.student} ({'; '.join(student.stuck_on)[:100]})")
+        for student in report.students:
+            if student.set_back:
+                lines.append(f"  course cells set back: {student.student} "
+                             f"({'; '.join(student.set_back)[:100]})")  # fmt: skip
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -669,18 +680,20 @@ def html_students(report: LessonReport) -> str:
         mastery = {True: '<span class="yes">yes</span>', False: '<span class="no">no</span>',
                    None: "–"}[s.mastered]  # fmt: skip
         stuck = "<br>".join(f"<code>{esc(x)}</code>" for x in s.stuck_on) if s.stuck else ""
+        set_back = "<br>".join(esc(x) for x in s.set_back)
         klass = ' class="stuck"' if s.stuck else ""
         rows.append(
             f'<tr{klass} data-student="{esc(s.student)}"><td>{esc(s.student)}</td>'
             f'<td class="num score">{_num(s.score)}</td>'
             f'<td class="num">{s.mastery_score:g} / {s.mastery_max:g}</td>'
             f'<td class="mastered">{mastery}</td><td class="num attempts">{s.attempts}</td>'
-            f'<td class="num">{_num(s.seconds)}</td><td class="stuck-on">{stuck}</td></tr>'
+            f'<td class="num">{_num(s.seconds)}</td><td class="stuck-on">{stuck}</td>'
+            f'<td class="set-back">{set_back}</td></tr>'
         )
     most = summary(report)["max_score"]
     stuck = f"stuck (same mistake {report.stuck_after}×)"
     header = ["student", f"score (of {most:g})", "mastery questions", "mastered", "attempts",
-              "grading s", stuck]  # fmt: skip
+              "grading s", stuck, "course cells set back"]  # fmt: skip
     return _table(header, rows, "students")
 
 

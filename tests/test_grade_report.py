@@ -14,6 +14,7 @@ history lines.
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import shutil
@@ -105,8 +106,9 @@ def test_learner_text_is_escaped_in_the_page_and_defused_in_the_csv(tmp_path):
     lesson = report.LessonReport("L<i>", CELLS, [
         report.exercise_stats("L", c, {student.student: student.cells}) for c in CELLS
     ], [mistake], [student])  # fmt: skip
+    student.set_back = ["a cell was tagged <u>mine</u>, which the lesson has no cell of"]
     page = report.html_page("c", [lesson])
-    for markup in ("<script>alert", "<b>Bold", "<img src=x>", "<i>"):
+    for markup in ("<script>alert", "<b>Bold", "<img src=x>", "<i>", "<u>"):
         assert markup not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert page.count("<img ") == 3 and "http" not in page.split("<body>")[1]
@@ -127,13 +129,20 @@ def attn_grade(course, *args, timeout=600):
     )  # fmt: skip
 
 
-def resubmit(course, student, edits, spaces):
-    """Submit ``edits`` again, with ``spaces`` trailing blanks in one cell: a new submission."""
+def resubmit(course, student, edits, spaces, copied=""):
+    """Submit ``edits`` again, with ``spaces`` trailing blanks in one cell: a new submission
+    (with the cell ``copied`` copied below itself, tag and all, as JupyterLab copies)."""
     nb = student_notebook(LESSON, edits)
     cell = next(
         c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "attention"
     )
     cell.source += " " * spaces
+    if copied:
+        index = next(i for i, c in enumerate(nb.cells)
+                     if c.metadata.get("nbgrader", {}).get("grade_id") == copied)  # fmt: skip
+        twin = copy.deepcopy(nb.cells[index])
+        twin.id = "twin"
+        nb.cells.insert(index + 1, twin)
     submit(course, LESSON, student, nb)
 
 
@@ -161,7 +170,7 @@ def graded_class(tmp_path_factory):
     assert {s for s, r in results.items() if r["status"] == "graded"} == {"scale-dk",
                                                                          "wrong-axis"}  # fmt: skip
     resubmit(course, "scale-dk", CLASS["scale-dk"], 2)  # and again: stuck
-    resubmit(course, "wrong-axis", {}, 1)  # fixed
+    resubmit(course, "wrong-axis", {}, 1, copied="softmax")  # fixed; a cell copied by accident
     last = grade(course, workers=1)
     assert {s for s, r in last.items() if r["status"] == "graded"} == {"scale-dk", "wrong-axis"}
 
@@ -260,6 +269,18 @@ def test_only_the_student_with_the_same_mistake_three_times_is_stuck(graded_clas
 
 
 @slow
+def test_a_student_whose_course_cells_were_set_back_is_named_with_what(graded_class):
+    # wrong-axis's last submission has its softmax cell copied, tag and all (autograder/cells.py)
+    lesson = lesson_of(graded_class["data"])
+    students = {s["student"]: s for s in lesson["students"]}
+    (note,) = students["wrong-axis"]["set_back"]
+    assert note.startswith("cell softmax appears 2 times (a copied cell keeps the course's tag)")
+    assert [s for s, row in students.items() if row["set_back"]] == ["wrong-axis"]
+    assert lesson["summary"]["set_back"] == 1
+    assert students["wrong-axis"]["score"] == 17  # graded in full
+
+
+@slow
 def test_the_batch_reports_each_students_own_grading_time_as_the_report_does(graded_class):
     """The batch's seconds (its table, ``--json``, ``--csv``) are the time a student's notebook
     took to grade, the report's number for that submission: not the time its result waited in
@@ -303,6 +324,7 @@ def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class
     text = capsys.readouterr().out
     assert f"{LESSON}: 6 students" in text and "1 stuck" in text
     assert "stuck: scale-dk (test_attention: " in text
+    assert "course cells set back: wrong-axis (cell softmax appears 2 times" in text
     course_id, (one,) = report.build(graded_class["course"], [LESSON])
     assert course_id == "attention" and one.as_dict() == lesson
 
@@ -361,6 +383,8 @@ def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class
                     has=page.get_by_role("cell", name=student, exact=True)
                 )
                 expect(row.locator("td.score")).to_have_text(f"{totals[student]:g}")
+            set_back = page.locator("table.students tr[data-student='wrong-axis'] td.set-back")
+            expect(set_back).to_contain_text("cell softmax appears 2 times")
             stuck = page.locator("table.students tr.stuck")
             expect(stuck).to_have_count(1)
             expect(stuck.locator("td").first).to_have_text("scale-dk")
