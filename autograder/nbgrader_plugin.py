@@ -264,8 +264,8 @@ class RestoreCells(OverwriteCells):
         if source is None:
             self.log.warning("Cell '%s' does not exist in the database", grade_id[:60])
             del cell.metadata["nbgrader"]
-            self.notes.append(f"a cell was tagged {grade_id[:60]}, which the lesson has no cell "
-                              "of: it ran as an ordinary cell")  # fmt: skip
+            self.notes.append(f"a cell was labelled {grade_id[:60]} for nbgrader, which the lesson "
+                              "has no cell of: it ran as an ordinary cell")  # fmt: skip
             return cell, resources
         old = dict(cell.metadata["nbgrader"])
         cell.metadata["nbgrader"] = self._tag(source, old)
@@ -332,7 +332,6 @@ class Sanitize(NbGraderPreprocessor):
             done = step(parent=self)
             nb, resources = done(nb, resources)
             notes += getattr(done, "notes", [])
-            _repairs[_ahead_key(resources)] = notes
             if n == len(SANITIZE_STEPS) and not last:
                 break
             try:
@@ -340,6 +339,7 @@ class Sanitize(NbGraderPreprocessor):
             except nbformat.ValidationError:
                 self.log.error("Notebook is invalid after preprocessor %s", step.__name__)
                 raise
+        _repairs[_ahead_key(resources)] = notes
         return nb, resources
 
 
@@ -488,7 +488,7 @@ def _grade_id(nb, index: int) -> str:
     """The nbgrader grade id of code cell ``index`` (empty for a check outside any cell)."""
     if not 0 <= index < len(nb.cells):
         return ""
-    return str(nb.cells[index].metadata.get("nbgrader", {}).get("grade_id", ""))
+    return cells.grade_id_of(nb.cells[index]) or ""
 
 
 def apply(nb, result: dict) -> None:

@@ -487,7 +487,6 @@ def text_summary(reports: list[LessonReport]) -> str:
         for student in report.students:
             if student.stuck:
                 lines.append(f"  stuck: {student.student} ({'; '.join(student.stuck_on)[:100]})")
-        for student in report.students:
             if student.set_back:
                 lines.append(f"  course cells set back: {student.student} "
                              f"({'; '.join(student.set_back)[:100]})")  # fmt: skip

@@ -122,8 +122,9 @@ def _hidden_link(folder: Path, course: Path) -> None:
 
 def _tagged(nb: dict, grade_id: str) -> int:
     """The index of the cell tagged ``grade_id``."""
-    return next(i for i, c in enumerate(nb["cells"])
-                if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)  # fmt: skip
+    from autograder.cells import grade_id_of
+
+    return next(i for i, c in enumerate(nb["cells"]) if grade_id_of(c) == grade_id)
 
 
 def _tag(grade_id: str, **changes) -> Callable[[dict], None]:
@@ -131,7 +132,7 @@ def _tag(grade_id: str, **changes) -> Callable[[dict], None]:
     return lambda nb: nb["cells"][_tagged(nb, grade_id)]["metadata"]["nbgrader"].update(changes)
 
 
-def _copy_below(grade_id: str, source: str | None = None, at_end: bool = False):
+def copy_below(grade_id: str, source: str | None = None, at_end: bool = False):
     """Copy the cell ``grade_id`` (tag and all, as JupyterLab copies) below it or last; with
     ``source``, the copy's source."""
 
@@ -181,8 +182,8 @@ def _answer_untagged(nb: dict) -> None:
 # the change set back and named in the feedback (autograder/cells.py). name → (the change,
 # words the feedback's note holds)
 ACCIDENTS = {
-    "copied-an-answer-cell": (_copy_below("softmax"), "cell softmax appears 2 times"),
-    "copied-a-test-cell": (_copy_below("test_masked_softmax"),
+    "copied-an-answer-cell": (copy_below("softmax"), "cell softmax appears 2 times"),
+    "copied-a-test-cell": (copy_below("test_masked_softmax"),
                            "cell test_masked_softmax appears 2 times"),
     "answer-cell-made-markdown": (_as_markdown("answer_q1"),
                                   "cell answer_q1 was turned into a markdown cell"),
@@ -245,7 +246,7 @@ get_ipython().events.register("pre_run_cell", _forge)
         "copies-its-test-cell-empty": Attack(
             1, "a wrong softmax; a copy of its test cell, emptied, last in the notebook",
             cells={"softmax": WRONG["softmax"]},
-            tamper=_copy_below("test_softmax", source="pass", at_end=True), lost=SOFTMAX_ONLY),
+            tamper=copy_below("test_softmax", source="pass", at_end=True), lost=SOFTMAX_ONLY),
         # -- 2: students and the course not separated -------------------------------------------
         "links-another-notebook": Attack(2, "the notebook is a link to honest-a's notebook",
                                          plant=_link_notebook, lost=REFUSED),

@@ -45,8 +45,9 @@ def test_of_copies_the_last_keeps_the_tag_and_the_others_become_ordinary_cells()
     assert nb.cells[index + 2].source == "softmax = None  # the learner's latest"
     assert all("nbgrader" not in nb.cells[i].metadata for i in (index, index + 1))
     assert notes == [
-        "cell softmax appears 3 times (a copied cell keeps the course's tag): the last copy "
-        "counts as that cell, the others run as ordinary cells; delete the copies you do not need"
+        "cell softmax appears 3 times (a copy keeps nbgrader's label of the original): the last "
+        "copy counts as that cell, the others run as ordinary cells; delete the copies you do not "
+        "need"
     ]
     nbformat.validate(nb)
 
@@ -170,7 +171,7 @@ def test_an_unknown_grade_id_is_named_to_the_learner_cut_short(course):
     step = RestoreCells(config=config)
     done, _ = step(nb, {"nbgrader": info, "metadata": {"path": str(path.parent)}})
     (note, put_back) = step.notes
-    assert note.startswith("a cell was tagged mine-xxx") and len(note) < 150, note
+    assert note.startswith("a cell was labelled mine-xxx") and len(note) < 150, note
     assert put_back == "cell test_softmax was missing: the lesson's was put back and graded"
     (answer,) = tagged(done, "softmax")  # the nearest earlier course cell
     assert tagged(done, "test_softmax") == [answer + 1]

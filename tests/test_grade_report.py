@@ -14,7 +14,6 @@ history lines.
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import shutil
@@ -23,6 +22,7 @@ import subprocess
 import nbformat
 import pytest
 from course import BIN, env, make_course
+from hostile import copy_below
 from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
 
@@ -106,7 +106,9 @@ def test_learner_text_is_escaped_in_the_page_and_defused_in_the_csv(tmp_path):
     lesson = report.LessonReport("L<i>", CELLS, [
         report.exercise_stats("L", c, {student.student: student.cells}) for c in CELLS
     ], [mistake], [student])  # fmt: skip
-    student.set_back = ["a cell was tagged <u>mine</u>, which the lesson has no cell of"]
+    student.set_back = [
+        "a cell was labelled <u>mine</u> for nbgrader, which the lesson has no cell of"
+    ]
     page = report.html_page("c", [lesson])
     for markup in ("<script>alert", "<b>Bold", "<img src=x>", "<i>", "<u>"):
         assert markup not in page
@@ -138,11 +140,7 @@ def resubmit(course, student, edits, spaces, copied=""):
     )
     cell.source += " " * spaces
     if copied:
-        index = next(i for i, c in enumerate(nb.cells)
-                     if c.metadata.get("nbgrader", {}).get("grade_id") == copied)  # fmt: skip
-        twin = copy.deepcopy(nb.cells[index])
-        twin.id = "twin"
-        nb.cells.insert(index + 1, twin)
+        copy_below(copied)(nb)
     submit(course, LESSON, student, nb)
 
 
@@ -274,7 +272,9 @@ def test_a_student_whose_course_cells_were_set_back_is_named_with_what(graded_cl
     lesson = lesson_of(graded_class["data"])
     students = {s["student"]: s for s in lesson["students"]}
     (note,) = students["wrong-axis"]["set_back"]
-    assert note.startswith("cell softmax appears 2 times (a copied cell keeps the course's tag)")
+    assert note.startswith(
+        "cell softmax appears 2 times (a copy keeps nbgrader's label of the original)"
+    )
     assert [s for s, row in students.items() if row["set_back"]] == ["wrong-axis"]
     assert lesson["summary"]["set_back"] == 1
     assert students["wrong-axis"]["score"] == 17  # graded in full
