@@ -11,7 +11,8 @@ Two sources, each for what it alone knows:
 Per lesson it computes three tables:
 
 * **exercises** — per graded cell: the distribution of scores, how many students have full,
-  partial and zero points, the mean;
+  partial and zero points, the mean, and how many have *not attempted* it in their current
+  submission (see below);
 * **mistakes** — per graded cell and named mistake: how many students make it in their current
   submission, how many ever made it, in how many submissions;
 * **students** — total score, mastery (the points of the mastery questions, the cells
@@ -23,6 +24,14 @@ Per lesson it computes three tables:
 **Stuck**: a student is stuck when the same named mistake, on the same graded cell, is in each of
 their last :data:`STUCK_AFTER` distinct submissions of a notebook (a regrade of an unchanged
 submission is not a new attempt). Submissions are ordered by when each was last graded.
+
+**Not attempted**: the verdict on work not begun — an exercise that still raises
+``NotImplementedError``, a mastery question not answered (:func:`not_begun`). A learner who works
+through a lesson over several sessions and submits after each has the later exercises unwritten
+every time: that is progress, not a misconception. Such verdicts are counted per exercise as
+*not attempted*. They stay in the mistakes table of the JSON and CSV (flagged, after the named
+mistakes) and in a student's current mistakes, but never make a student stuck, never lead an
+exercise's mistakes, and are left out of the page's table and plot of named mistakes.
 
 Output: a text summary, JSON, one CSV per table, and a self-contained HTML page (inline CSS,
 plots as inline PNG drawn with matplotlib's Agg canvas; no script, font or image is fetched).
@@ -46,13 +55,23 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from attnlib.checks import NOT_WRITTEN
 from attnlib.mastery import THRESHOLD
+from attnlib.quiz import NOT_ANSWERED
 
 from . import history, names
 
 STUCK_AFTER = 3  # the same mistake in this many last distinct submissions
 MASTERY_CELL = re.compile(r"^test_q\d+$")
 EPS = 1e-9
+# How the mistake keys of work not begun start: "not written yet:", "not answered yet:".
+NOT_BEGUN = tuple(history.mistake_key(t).split(":")[0] + ":" for t in (NOT_WRITTEN, NOT_ANSWERED))
+
+
+def not_begun(mistake: str) -> bool:
+    """Whether a mistake key is the verdict on work not begun (see the module doc)."""
+    return mistake.startswith(NOT_BEGUN)
+
 
 # ---------------------------------------------------------------------------------------------
 # what the report holds
@@ -96,6 +115,7 @@ class ExerciseStats:
     zero: int
     mean: float | None
     distribution: dict[str, int]  # score (as text, "1.5") → students
+    not_attempted: int = 0  # students whose current submission has not begun it (among zero)
 
 
 @dataclass
@@ -106,6 +126,7 @@ class MistakeStats:
     students_now: int  # students whose current submission makes it
     students_ever: int  # students who made it in any submission
     submissions: int  # distinct submissions that made it
+    not_attempted: bool = False  # the verdict on work not begun, not a mistake (not_begun)
 
 
 @dataclass
@@ -321,7 +342,13 @@ def stuck_on(attempts: list[Attempt], after: int = STUCK_AFTER) -> list[tuple[st
     if after < 1 or len(attempts) < after:
         return []
     last = attempts[-after:]
-    return sorted(set.intersection(*(a.mistakes for a in last)))
+    return sorted(pair for pair in set.intersection(*(a.mistakes for a in last))
+                  if not not_begun(pair[1]))  # fmt: skip
+
+
+def current(attempts: list[Attempt]) -> set[tuple[str, str]]:
+    """One student's (cell key, mistake) pairs in the current submission of each notebook."""
+    return set().union(*(a[-1].mistakes for a in by_notebook(attempts).values()))
 
 
 def by_notebook(attempts: list[Attempt]) -> dict[str, list[Attempt]]:
@@ -335,8 +362,11 @@ def by_notebook(attempts: list[Attempt]) -> dict[str, list[Attempt]]:
 # the tables
 
 
-def exercise_stats(lesson: str, cell: Cell, scores: dict[str, dict[str, float]]):
-    """The score distribution of one graded cell over the students who have a grade for it."""
+def exercise_stats(
+    lesson: str, cell: Cell, scores: dict[str, dict[str, float]], not_attempted: int = 0
+) -> ExerciseStats:
+    """The score distribution of one graded cell over the students who have a grade for it;
+    ``not_attempted`` of them have not begun it (:func:`not_attempted`)."""
     got = [grades[cell.key] for grades in scores.values() if cell.key in grades]
     full = sum(s >= cell.max_score - EPS for s in got)
     zero = sum(s <= EPS for s in got)
@@ -353,6 +383,16 @@ def exercise_stats(lesson: str, cell: Cell, scores: dict[str, dict[str, float]])
         zero=zero,
         mean=round(sum(got) / len(got), 4) if got else None,
         distribution={f"{score:g}": counts[score] for score in sorted(counts)},
+        not_attempted=not_attempted,
+    )
+
+
+def not_attempted(attempts: dict[str, list[Attempt]]) -> Counter:
+    """Cell key → students whose current submission has not begun it."""
+    return Counter(
+        cell
+        for student_attempts in attempts.values()
+        for cell in {cell for cell, mistake in current(student_attempts) if not_begun(mistake)}
     )
 
 
@@ -360,17 +400,23 @@ def mistake_stats(lesson: str, attempts: dict[str, list[Attempt]]) -> list[Mista
     """Per (cell, mistake): students making it now, students who ever made it, submissions."""
     now, ever, submissions = Counter(), Counter(), Counter()
     for student_attempts in attempts.values():
-        current = set().union(*(a[-1].mistakes for a in by_notebook(student_attempts).values()))
-        now.update(current)
+        now.update(current(student_attempts))
         ever.update(set().union(*(a.mistakes for a in student_attempts)))
         for attempt in student_attempts:
             submissions.update(attempt.mistakes)
     rows = [
         MistakeStats(lesson, cell, mistake, now[(cell, mistake)], ever[(cell, mistake)],
-                     submissions[(cell, mistake)])
+                     submissions[(cell, mistake)], not_begun(mistake))
         for cell, mistake in ever
     ]  # fmt: skip
-    return sorted(rows, key=lambda m: (-m.students_now, -m.students_ever, m.exercise, m.mistake))
+    return sorted(rows, key=lambda m: (m.not_attempted, -m.students_now, -m.students_ever,
+                                       m.exercise, m.mistake))  # fmt: skip
+
+
+def named(report: LessonReport, exercise: str | None = None) -> list[MistakeStats]:
+    """The lesson's named mistakes (work not begun left out), of one exercise if given."""
+    return [m for m in report.mistakes
+            if not m.not_attempted and exercise in (None, m.exercise)]  # fmt: skip
 
 
 def student_stats(lesson, student, cells, grades, attempts, after=STUCK_AFTER) -> StudentStats:
@@ -382,7 +428,6 @@ def student_stats(lesson, student, cells, grades, attempts, after=STUCK_AFTER) -
     mastery_max = sum(c.max_score for c in mastery_cells)
     notebooks = by_notebook(attempts)
     stuck = sorted({pair for a in notebooks.values() for pair in stuck_on(a, after)})
-    current = sorted({pair for a in notebooks.values() for pair in a[-1].mistakes})
     return StudentStats(
         lesson=lesson,
         student=student,
@@ -395,7 +440,7 @@ def student_stats(lesson, student, cells, grades, attempts, after=STUCK_AFTER) -
         attempts=max((len(a) for a in notebooks.values()), default=0),
         stuck=bool(stuck),
         stuck_on=[f"{cell}: {mistake}" for cell, mistake in stuck],
-        mistakes_now=[f"{cell}: {mistake}" for cell, mistake in current],
+        mistakes_now=[f"{cell}: {mistake}" for cell, mistake in sorted(current(attempts))],
         seconds=round(sum(a[-1].seconds for a in notebooks.values()), 3) if notebooks else None,
         seconds_total=round(sum(a.seconds for a in attempts), 3),
         set_back=[note for a in notebooks.values() for note in a[-1].repaired],
@@ -422,10 +467,11 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
     scores = scores_of(gb, lesson, cells)
     attempts = attempts_of(history.entries(course, lesson), cells)
     students = sorted(set(scores) | set(attempts))
+    unbegun = not_attempted(attempts)
     return LessonReport(
         lesson=lesson,
         cells=cells,
-        exercises=[exercise_stats(lesson, cell, scores) for cell in cells],
+        exercises=[exercise_stats(lesson, cell, scores, unbegun[cell.key]) for cell in cells],
         mistakes=mistake_stats(lesson, attempts),
         students=[
             student_stats(lesson, s, cells, scores.get(s), attempts.get(s, []), after)
@@ -474,16 +520,17 @@ def text_summary(reports: list[LessonReport]) -> str:
             f"{report.lesson}: {s['students']} students, mean {mean}/{s['max_score']:g}, "
             f"{s['mastered']} mastered, {s['stuck']} stuck"
         )
-        rows = [("exercise", "max", "full", "partial", "zero", "top mistake now")]
+        rows = [("exercise", "max", "full", "partial", "zero", "not attempted",
+                 "top mistake now")]  # fmt: skip
         for e in report.exercises:
-            top = [m for m in report.mistakes if m.exercise == e.exercise and m.students_now]
+            top = [m for m in named(report, e.exercise) if m.students_now]
             note = f"{top[0].mistake[:60]} ({top[0].students_now})" if top else ""
             rows.append((e.exercise, f"{e.max_score:g}", str(e.full), str(e.partial),
-                         str(e.zero), note))  # fmt: skip
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+                         str(e.zero), str(e.not_attempted), note))  # fmt: skip
+        widths = [max(len(r[i]) for r in rows) for i in range(6)]
         for row in rows:
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False))
-                         + "  " + row[5])  # fmt: skip
+                         + "  " + row[6])  # fmt: skip
         for student in report.students:
             if student.stuck:
                 lines.append(f"  stuck: {student.student} ({'; '.join(student.stuck_on)[:100]})")
@@ -546,8 +593,9 @@ def write_csv(reports: list[LessonReport], folder: Path) -> list[Path]:
 # plots (matplotlib's Agg canvas, no pyplot state) as inline PNG
 
 
-COLOURS = {"full": "#2b8a3e", "partial": "#f08c00", "zero": "#c92a2a", "now": "#1c7ed6",
-           "ever": "#a5d8ff", "bar": "#5f3dc4"}  # fmt: skip
+COLOURS = {"full": "#2b8a3e", "partial": "#f08c00", "zero": "#c92a2a",
+           "not attempted": "#adb5bd", "now": "#1c7ed6", "ever": "#a5d8ff",
+           "bar": "#5f3dc4"}  # fmt: skip
 
 
 def png(figure) -> str:
@@ -563,15 +611,22 @@ def _label(text: str, limit: int = 48) -> str:
 
 
 def plot_exercises(report: LessonReport) -> str:
-    """Students with full, partial and zero points, per exercise (stacked bars)."""
+    """Students with full, partial and zero points, per exercise (stacked bars); of zero, those
+    who have not attempted it apart."""
     from matplotlib.figure import Figure
 
     rows = report.exercises[::-1]
     figure = Figure(figsize=(7.5, 0.8 + 0.32 * max(1, len(rows))))
     ax = figure.add_subplot()
     left = [0] * len(rows)
-    for part in ("full", "partial", "zero"):
-        values = [getattr(e, part) for e in rows]
+    unbegun = [min(e.not_attempted, e.zero) for e in rows]
+    parts = {
+        "full": [e.full for e in rows],
+        "partial": [e.partial for e in rows],
+        "zero": [e.zero - n for e, n in zip(rows, unbegun, strict=True)],
+        "not attempted": unbegun,
+    }
+    for part, values in parts.items():
         ax.barh(range(len(rows)), values, left=left, color=COLOURS[part], label=part)
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_yticks(range(len(rows)), [_label(e.exercise) for e in rows], parse_math=False)
@@ -601,10 +656,11 @@ def plot_totals(report: LessonReport) -> str:
 
 
 def plot_mistakes(report: LessonReport, top: int = 12) -> str | None:
-    """The most common named mistakes: students making each now, and ever."""
+    """The most common named mistakes (work not begun left out): students making each now, and
+    ever."""
     from matplotlib.figure import Figure
 
-    rows = report.mistakes[:top][::-1]
+    rows = named(report)[:top][::-1]
     if not rows:
         return None
     figure = Figure(figsize=(7.5, 0.9 + 0.34 * len(rows)))
@@ -704,17 +760,17 @@ def html_exercise(report: LessonReport, e: ExerciseStats) -> str:
     ]
     table = _table(["score", "students"], rows, "exercise-table",
                    f' data-exercise="{esc(e.exercise)}"')  # fmt: skip
-    mistakes = [m for m in report.mistakes if m.exercise == e.exercise]
     listed = "".join(
         f"<li><code>{esc(m.mistake)}</code>: {m.students_now} now, {m.students_ever} ever</li>"
-        for m in mistakes
+        for m in named(report, e.exercise)
     )
     tag = " · mastery question" if e.mastery else ""
     points = f"{e.max_score:g} point{'' if e.max_score == 1 else 's'}"
+    unbegun = f' (<span class="not-attempted">{e.not_attempted}</span> not attempted)'
     return (
         f'<section class="exercise"><h3>{esc(e.exercise)}</h3>'
         f"<p>{points}{tag} · full {e.full}, partial {e.partial}, zero {e.zero}"
-        f" · mean {_mean(e.mean)}</p>{table}"
+        f"{unbegun if e.not_attempted else ''} · mean {_mean(e.mean)}</p>{table}"
         + (f"<ul>{listed}</ul>" if listed else "<p>No named mistake.</p>")
         + "</section>"
     )
@@ -725,7 +781,7 @@ def html_mistakes(report: LessonReport) -> str:
         f"<tr><td>{esc(m.exercise)}</td><td><code>{esc(m.mistake)}</code></td>"
         f'<td class="num">{m.students_now}</td><td class="num">{m.students_ever}</td>'
         f'<td class="num">{m.submissions}</td></tr>'
-        for m in report.mistakes
+        for m in named(report)
     ]
     if not rows:
         return "<p>No named mistake in any submission.</p>"
@@ -763,7 +819,9 @@ def html_page(course_id: str, reports: list[LessonReport]) -> str:
         f"<p>Scores from the nbgrader gradebook; mistakes and attempts from the course history. "
         f"Mastered: at least {THRESHOLD:.0%} of the mastery questions' points. Stuck: the same "
         f"named mistake on the same exercise in each of the last {after} distinct "
-        f"submissions. Generated {esc(when)}.</p>"
+        f"submissions. Not attempted: an exercise still unwritten or a question unanswered in "
+        f"the student's current submission, counted per exercise, not as a mistake. "
+        f"Generated {esc(when)}.</p>"
     )
     body = "".join(html_lesson(r) for r in reports)
     return (

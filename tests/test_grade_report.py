@@ -5,7 +5,9 @@ course's ``nbgrader_config.py`` sets ``CourseDirectory.db_url``, as a PostgreSQL
 few made-up students from tests/test_grade_students.py are graded with ``attn-grade batch``;
 then ``scale-dk`` resubmits twice with the same mistake (only whitespace changes, so each is a new
 submission) and is stuck, while ``wrong-axis`` resubmits once with its mistake and then fixes it,
-and is not. One student's id is markup that starts like a spreadsheet formula. Every number of
+and is not. ``in-sessions`` works through the lesson over three sessions and submits after each,
+the last exercises and the mastery questions not begun every time: not stuck, counted as not
+attempted. One student's id is markup that starts like a spreadsheet formula. Every number of
 the report is compared with the gradebook; the page is opened in Chromium.
 
 The first tests need no grading: they check the rules (attempts, stuck, mastery) on made-up
@@ -26,7 +28,9 @@ from hostile import copy_below
 from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
 
-from autograder import cli, report
+from attnlib.checks import NOT_WRITTEN
+from attnlib.quiz import NOT_ANSWERED
+from autograder import cli, history, report
 from autograder.report import Cell
 
 LESSON = "02-softmax-masking"
@@ -39,6 +43,8 @@ CLASS = {  # student → edits, from tests/test_grade_students.py
     "causal-lt": STUDENTS[LESSON]["causal-lt"],
     ODD: STUDENTS[LESSON]["wrong-answers"],
 }
+SESSIONS = "in-sessions"  # writes the exercises in order, one session (and submission) at a time
+WRITTEN = ["softmax", "causal_mask", "padding_mask"]  # its exercises written by the last session
 MS = 1000
 
 
@@ -88,6 +94,46 @@ def test_a_regrade_is_not_an_attempt_and_stuck_needs_the_same_mistake_every_time
     assert (axis.students_now, axis.students_ever, axis.submissions) == (3, 4, 9)
     shift = rows[("test_softmax", "no shift")]
     assert (shift.students_now, shift.students_ever, shift.submissions) == (1, 2, 2)
+
+
+def test_work_not_begun_is_counted_apart_and_never_makes_a_student_stuck():
+    unwritten = history.mistake_key(NOT_WRITTEN)
+    unanswered = history.mistake_key(NOT_ANSWERED.format(key="q1"))
+
+    def line(student, submission, softmax, q1=""):
+        verdicts = [{"name": "softmax", "passed": False, "message": softmax, "mistake": softmax}]
+        if q1:
+            verdicts.append({"name": "q1", "passed": False, "message": q1, "mistake": q1})
+        return {"student": student, "notebook": "nb", "submission": submission, "seconds": 1.0,
+                "verdicts": verdicts}  # fmt: skip
+
+    lines = [
+        *(line(who, x, unwritten, unanswered) for who in ("a", "b", "c") for x in "ABC"),
+        *(line("stuck", x, "wrong axis") for x in "ABC"),
+        line("began", "A", unwritten, unanswered), line("began", "B", "wrong axis"),
+    ]  # fmt: skip
+    attempts = report.attempts_of(lines, CELLS)
+    assert report.not_begun(unwritten) and report.not_begun(unanswered)
+    assert not report.not_begun("wrong axis") and not report.not_begun("raised NameError")
+    assert {s: report.stuck_on(a) for s, a in attempts.items()} == {
+        "a": [], "b": [], "c": [], "stuck": [("test_softmax", "wrong axis")], "began": [],
+    }  # fmt: skip
+    assert report.not_attempted(attempts) == {"test_softmax": 3, "test_q1": 3}
+
+    mistakes = report.mistake_stats("L", attempts)
+    assert [(m.mistake, m.students_now, m.not_attempted) for m in mistakes] == [
+        ("wrong axis", 2, False), (unanswered, 3, True), (unwritten, 3, True),
+    ]  # fmt: skip
+    scores = {s: {"test_softmax": 0.0, "test_q1": 0.0} for s in attempts}
+    exercises = [report.exercise_stats("L", c, scores, 3) for c in CELLS]
+    lesson = report.LessonReport("L", CELLS, exercises, mistakes, [])
+    assert [m.mistake for m in report.named(lesson)] == ["wrong axis"]
+    assert not report.named(lesson, "test_q1")
+    text = report.text_summary([lesson])
+    assert "not attempted" in text and "wrong axis (2)" in text and "not written" not in text
+    page = report.html_page("c", [lesson])
+    assert "not written" not in page and "not answered" not in page
+    assert page.count('<span class="not-attempted">3</span> not attempted') == 2
 
 
 def test_mastery_is_eighty_percent_of_the_mastery_questions():
@@ -144,6 +190,22 @@ def resubmit(course, student, edits, spaces, copied=""):
     submit(course, LESSON, student, nb)
 
 
+def in_sessions(sessions: int) -> nbformat.NotebookNode:
+    """The release with the first ``sessions`` exercises of WRITTEN written as the solutions
+    write them; the rest not begun."""
+    nb = student_notebook(LESSON, "release")
+    solved = student_notebook(LESSON, {})
+    written = WRITTEN[:sessions]
+    sources = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solved.cells
+               if c.metadata.get("nbgrader", {}).get("grade_id") in written}  # fmt: skip
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in sources:
+            cell.source = sources.pop(grade_id)
+    assert not sources
+    return nb
+
+
 def grade(course, workers=2):
     done = attn_grade(course, "batch", LESSON, "--course", str(course), "--json", "--no-progress",
                       "--workers", str(workers))  # fmt: skip
@@ -160,17 +222,20 @@ def graded_class(tmp_path_factory):
         f.write(f"\nc.CourseDirectory.db_url = {f'sqlite:///{db}'!r}\n")
     for student, edits in CLASS.items():
         submit(course, LESSON, student, student_notebook(LESSON, edits))
+    submit(course, LESSON, SESSIONS, in_sessions(1))
     assert {r["status"] for r in grade(course).values()} == {"graded"}
 
     resubmit(course, "scale-dk", CLASS["scale-dk"], 1)  # the same mistake, again
     resubmit(course, "wrong-axis", CLASS["wrong-axis"], 1)  # its mistake, again
-    results = grade(course, workers=1)  # two students: one warm template is enough
-    assert {s for s, r in results.items() if r["status"] == "graded"} == {"scale-dk",
-                                                                         "wrong-axis"}  # fmt: skip
+    submit(course, LESSON, SESSIONS, in_sessions(2))  # one more exercise written
+    again = {"scale-dk", "wrong-axis", SESSIONS}
+    results = grade(course, workers=1)  # three students: one warm template is enough
+    assert {s for s, r in results.items() if r["status"] == "graded"} == again
     resubmit(course, "scale-dk", CLASS["scale-dk"], 2)  # and again: stuck
     resubmit(course, "wrong-axis", {}, 1, copied="softmax")  # fixed; a cell copied by accident
+    submit(course, LESSON, SESSIONS, in_sessions(3))  # and one more: not stuck
     last = grade(course, workers=1)
-    assert {s for s, r in last.items() if r["status"] == "graded"} == {"scale-dk", "wrong-axis"}
+    assert {s for s, r in last.items() if r["status"] == "graded"} == again
 
     out = course.parent / "report"
     done = attn_grade(course, "report", "--all", "--course", str(course), "--json",
@@ -206,7 +271,7 @@ def test_every_score_in_the_report_is_the_gradebooks(graded_class):
     lesson = lesson_of(graded_class["data"])
     scores, most, totals = gradebook(graded_class["db"])
     students = {s["student"]: s for s in lesson["students"]}
-    assert set(students) == set(scores) == set(CLASS)
+    assert set(students) == set(scores) == {*CLASS, SESSIONS}
     for student, row in students.items():
         assert row["cells"] == scores[student]
         assert row["score"] == totals[student] == sum(scores[student].values())
@@ -239,9 +304,9 @@ def test_mistakes_now_are_the_lost_points_and_counts_match_the_students(graded_c
         assert row["students_now"] == sum(f"{cell}: {mistake}" in m for m in now.values())
     on = {cell: {s for s, m in now.items() if any(x.startswith(f"{cell}: ") for x in m)}
           for cell in most}  # fmt: skip
-    assert on["test_attention"] == {"blank", "scale-dk"}
+    assert on["test_attention"] == {"blank", "scale-dk", SESSIONS}
     assert on["test_softmax"] == {"blank"} and on["test_causal_mask"] == {"blank", "causal-lt"}
-    assert on["test_q1"] == on["test_q4"] == {"blank", ODD}
+    assert on["test_q1"] == on["test_q4"] == {"blank", ODD, SESSIONS}
 
     (scaled,) = [r for (cell, m), r in rows.items() if cell == "test_attention" and "d_k" in m]
     assert (scaled["students_now"], scaled["students_ever"], scaled["submissions"]) == (1, 1, 3)
@@ -259,11 +324,43 @@ def test_only_the_student_with_the_same_mistake_three_times_is_stuck(graded_clas
     (why,) = students["scale-dk"]["stuck_on"]
     assert why.startswith("test_attention: ") and "d_k" in why
     attempts = {s: row["attempts"] for s, row in students.items()}
-    assert attempts == {**{s: 1 for s in CLASS}, "scale-dk": 3, "wrong-axis": 3}
+    assert attempts == {**{s: 1 for s in CLASS}, "scale-dk": 3, "wrong-axis": 3, SESSIONS: 3}
     assert lesson["summary"]["stuck"] == 1 and lesson["stuck_after"] == report.STUCK_AFTER
     for row in students.values():
         assert 0 < row["seconds"] <= row["seconds_total"]
     assert students["scale-dk"]["seconds_total"] > students["scale-dk"]["seconds"]
+
+
+@slow
+def test_exercises_not_begun_are_counted_per_exercise_not_as_mistakes(graded_class, capsys):
+    # in-sessions: three submissions, masked_softmax, attention and the questions never begun
+    lesson = lesson_of(graded_class["data"])
+    scores, most, _ = gradebook(graded_class["db"])
+    begun = {
+        "blank": set(),
+        SESSIONS: {f"test_{name}" for name in WRITTEN},
+    }  # the others answered everything (ODD two questions wrongly)
+    for e in lesson["exercises"]:
+        want = {s for s, cells in begun.items() if e["exercise"] not in cells}
+        assert all(scores[s][e["exercise"]] == 0 for s in want)
+        assert e["not_attempted"] == len(want), e["exercise"]
+    students = {s["student"]: s for s in lesson["students"]}
+    assert not students[SESSIONS]["stuck"] and students[SESSIONS]["attempts"] == 3
+    assert any(m.startswith("test_attention: not written yet") for m in
+               students[SESSIONS]["mistakes_now"])  # fmt: skip
+    flagged = {(m["exercise"], m["mistake"]) for m in lesson["mistakes"] if m["not_attempted"]}
+    assert flagged and all(report.not_begun(m) for _, m in flagged)
+    assert [m["not_attempted"] for m in lesson["mistakes"]] == sorted(
+        m["not_attempted"] for m in lesson["mistakes"]
+    )  # the named mistakes first
+
+    assert cli.main(["report", LESSON, "--course", str(graded_class["course"])]) == 0
+    (row,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith(
+        "test_attention ")]  # fmt: skip
+    assert row.split()[5] == "2" and "d_k" in row  # 2 not attempted; the top mistake: scale-dk's
+    page = (graded_class["out"] / "report.html").read_text(encoding="utf-8")
+    named = page.split('<table class="mistakes">')[1].split("</table>")[0]
+    assert "d_k" in named and "not written" not in named and "not answered" not in named
 
 
 @slow
@@ -322,7 +419,7 @@ def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class
 
     assert cli.main(["report", LESSON, "--course", str(graded_class["course"])]) == 0
     text = capsys.readouterr().out
-    assert f"{LESSON}: 6 students" in text and "1 stuck" in text
+    assert f"{LESSON}: 7 students" in text and "1 stuck" in text
     assert "stuck: scale-dk (test_attention: " in text
     assert "course cells set back: wrong-axis (cell softmax appears 2 times" in text
     course_id, (one,) = report.build(graded_class["course"], [LESSON])
