@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from nbformat.v4.nbbase import validate
+from nbformat.v4.nbbase import random_cell_id, validate
 
 TYPES = ("code", "markdown", "raw")
 
@@ -94,6 +94,15 @@ def restore_types(nb: dict) -> list[str]:
             note = restore_type(cell, course_type(cell["metadata"]["nbgrader"]))
             notes += [note] if note else []
     return notes
+
+
+def give_id(nb: dict, cell: dict) -> dict:
+    """``cell``, about to be put into ``nb``, with an id no cell of ``nb`` has, if the notebook's
+    format has cell ids (nbformat 4.5 and later: nbgrader's put-back cells have none)."""
+    if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
+        taken = {c.get("id") for c in nb.get("cells", [])}
+        cell["id"] = next(i for i in iter(random_cell_id, None) if i not in taken)
+    return cell
 
 
 def repair(nb: dict) -> list[str]:

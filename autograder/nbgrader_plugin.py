@@ -295,6 +295,7 @@ class RestoreCells(OverwriteCells):
             cell = self.missing_cell_transform(
                 source, grades[source.name].max_score, is_solution=source.name in solutions
             )
+            cells.give_id(nb, cell)
             nb.cells.insert(next(before, len(nb.cells) - 1) + 1, cell)
             self.notes.append(f"cell {source.name} was missing: the lesson's was put back and "
                               "graded")  # fmt: skip

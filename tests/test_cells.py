@@ -10,6 +10,7 @@ course's grade them.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import nbformat
 import pytest
@@ -177,3 +178,8 @@ def test_an_unknown_grade_id_is_named_to_the_learner_cut_short(course):
     assert tagged(done, "test_softmax") == [answer + 1]
     assert "nbgrader" not in done.cells[answer + 2].metadata  # the renamed one, now ordinary
     assert done.cells[answer + 2].source == release().cells[index].source
+    ids = [c.get("id") for c in done.cells]  # the put-back cell has an id of its own (nbformat
+    assert all(ids) and len(set(ids)) == len(ids)  # 4.5), not one nbformat makes up when writing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not even nbformat's MissingIDFieldWarning
+        nbformat.validate(done)
