@@ -106,6 +106,8 @@ class Report:
             m = self.mastery
             verdict = "mastered" if m["mastered"] else "not yet mastered"
             kept = "recorded" if m.get("recorded") else "not recorded"
+            if not m.get("answered", True):
+                kept = "not recorded: no question answered yet"
             out += ["", f"Mastery: {m['score']:g}/{m['total']:g}, {verdict} ({kept})."]
         if self.isolation == "none":
             out += ["", "(bubblewrap is not installed here, so your code ran without a sandbox.)"]
@@ -189,22 +191,25 @@ def run_check(path: Path, limits: Limits, record: bool = True) -> Report:
             report.lines.append(Line("exercise", name, v.passed, v.message, v.read))
     score = total = 0
     missed = []
+    begun = False  # some question answered: else nothing is recorded, as quiz.grade records
     for q in questions:
         v = verdicts[q.key]
         report.lines.append(Line("question", q.key, v.passed, v.message))
         total += q.points
         score += q.points if v.passed else 0
+        begun = begun or v.message != quiz.NOT_ANSWERED.format(key=q.key)
         if not v.passed:
             missed.append(q.topic)
     if total:
         attempt = mastery.Attempt(lesson, score, total, tuple(dict.fromkeys(missed)))
-        if record:
+        if record and begun:
             attempt = mastery.record(lesson, score, total, attempt.missed)
         report.mastery = {
             "score": score,
             "total": total,
             "mastered": attempt.mastered,
-            "recorded": record,
+            "recorded": record and begun,
+            "answered": begun,
         }
     report.problems = [*notes, *_cell_errors(nb, found, set(whole))]
     return report

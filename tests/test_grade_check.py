@@ -43,6 +43,24 @@ def test_a_finished_notebook_passes_and_mastery_is_recorded(tmp_path):
     assert "ran in full" not in done.stdout  # no course cell was needed whole
 
 
+def test_a_notebook_with_no_question_answered_records_no_mastery(tmp_path, monkeypatch):
+    from attnlib import mastery
+
+    monkeypatch.setenv("ATTN_COURSE_HOME", str(tmp_path / "home"))
+    done = check(save(tmp_path, student_notebook(LESSON, "release")))  # halfway: nothing yet
+    assert "Mastery: 0/6, not yet mastered (not recorded: no question answered yet)." in (
+        done.stdout
+    )
+    assert mastery.best(LESSON) is None
+    nb = student_notebook(LESSON, "release")
+    edit_cell(nb, "answer_q4", 'q4 = "a"')  # one answer, wrong: an attempt
+    done = check(save(tmp_path, nb, "later"), "--json")
+    assert json.loads(done.stdout)["mastery"] == {
+        "score": 0, "total": 6, "mastered": False, "recorded": True, "answered": True,
+    }  # fmt: skip
+    assert mastery.best(LESSON).score == 0
+
+
 def test_an_answer_that_uses_a_course_cells_result_is_judged_as_grading_judges_it(tmp_path):
     # words, the running sentence's 10 words, is made by a course cell with str.split(): the
     # check runs that cell only for its set-up, unless an answer needs it, as this one does

@@ -206,3 +206,22 @@ def test_grade_scores_right_and_wrong_answers(monkeypatch, tmp_path, capsys):
     assert attempt.score == 4 and not attempt.mastered
     assert any("Which axis? Keys, not queries" in topic for topic in attempt.missed)
     assert "revisit" in capsys.readouterr().out
+
+
+def test_nothing_is_recorded_until_a_question_is_answered(monkeypatch, tmp_path, capsys):
+    # a Run All halfway through the lesson: the answer cells still hold their blanks
+    from attnlib import mastery
+
+    monkeypatch.setenv("ATTN_COURSE_HOME", str(tmp_path))
+    blank = {"q1": ..., "q2": None, "q6": ...}  # and q3, q4, q5 never run
+    attempt = quiz.grade(LESSON, blank)
+    assert attempt.score == 0 and not attempt.mastered
+    assert mastery.best(LESSON) is None and "no mastery check recorded yet" in mastery.status(
+        LESSON
+    )
+    assert "no question answered yet, so nothing was recorded" in capsys.readouterr().out
+    attempt = quiz.grade(LESSON, {**blank, "q3": -2})  # one answer, wrong: an attempt
+    assert mastery.best(LESSON) == attempt and attempt.score == 0
+    assert "Revisit" in mastery.status(LESSON) and "0/6 (0%), not yet mastered" in (
+        capsys.readouterr().out
+    )

@@ -89,10 +89,15 @@ NOT_ANSWERED = "not answered yet: assign your answer to {key} in the cell above 
 _MISSING = object()
 
 
+def answered(answer: object) -> bool:
+    """Whether ``answer`` is one: not missing, ``None`` or ``...`` (an answer cell's blank)."""
+    return not (answer is None or answer is _MISSING or answer is Ellipsis)
+
+
 def verdict(lesson: str, key: str, answer: object) -> tuple[bool, str]:
     """``(passed, sentence)`` on ``answer`` to question ``key`` ("" when it passed)."""
     q = question(lesson, key)
-    if answer is None or answer is _MISSING or answer is Ellipsis:
+    if not answered(answer):
         return False, NOT_ANSWERED.format(key=key)
     if q.accepts(answer):
         return True, ""
@@ -128,6 +133,9 @@ def grade(lesson: str, answers: Mapping[str, object], record: bool = True) -> ma
 
     A question whose key is missing from ``answers`` counts as wrong. In a notebook the table is
     HTML, each missed question linking to the section to reread; elsewhere it is plain text.
+    Nothing is recorded while no question is answered (a *Run All* halfway through the lesson):
+    the next lesson then still says the check is to be done, not that every section is to be
+    reread.
     """
     rows, score, total, missed = [], 0, 0, []
     for q in questions(lesson):
@@ -140,9 +148,10 @@ def grade(lesson: str, answers: Mapping[str, object], record: bool = True) -> ma
     if total == 0:
         raise ValueError(f"lesson {lesson} has no mastery questions yet")
     attempt = mastery.Attempt(lesson, score, total, tuple(dict.fromkeys(missed)))
-    if record and not os.environ.get("NBGRADER_EXECUTION"):
+    begun = any(answered(answers.get(q.key, _MISSING)) for q in questions(lesson))
+    if record and begun and not os.environ.get("NBGRADER_EXECUTION"):
         attempt = mastery.record(lesson, score, total, attempt.missed)
-    _show(Results(lesson, rows, score, total, attempt))
+    _show(Results(lesson, rows, score, total, attempt, begun))
     return attempt
 
 
@@ -155,8 +164,11 @@ class Results:
     score: int
     total: int
     attempt: mastery.Attempt
+    begun: bool = True  # some question answered (else nothing was recorded)
 
     def verdict(self) -> str:
+        if not self.begun:
+            return f"{self.lesson}: no question answered yet, so nothing was recorded."
         state = "mastered" if self.attempt.mastered else (
             f"not yet mastered ({mastery.THRESHOLD:.0%} needed)")  # fmt: skip
         return f"{self.lesson}: {self.score}/{self.total} ({self.attempt.fraction:.0%}), {state}."
@@ -235,6 +247,7 @@ def _heading(lesson: str, section: str) -> str | None:
 
 __all__ = [
     "Question",
+    "answered",
     "as_learner",
     "assert_correct",
     "check_answer",
