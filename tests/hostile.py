@@ -159,6 +159,10 @@ def _as_markdown(grade_id: str) -> Callable[[dict], None]:
     return tamper
 
 
+# the learner's own label for a cell: named back to them cut to 60 characters, as text
+LONG_LABEL = "test_softmax_<b>mine</b>" + "x" * 10_000
+
+
 def _rename(grade_id: str, new: str, source: str) -> Callable[[dict], None]:
     def tamper(nb: dict) -> None:
         cell = nb["cells"][_tagged(nb, grade_id)]
@@ -232,9 +236,10 @@ get_ipython().events.register("pre_run_cell", _forge)
             cells={"softmax": WRONG["softmax"]},
             tamper=_tag("test_softmax", grade=False, locked=False), lost=SOFTMAX_ONLY),
         "renames-its-test-cell": Attack(
-            1, "a wrong softmax whose test cell is emptied and tagged with an unknown id",
+            1, "a wrong softmax whose test cell is emptied and tagged with an unknown id, in "
+            "markup and 10,000 characters long",
             cells={"softmax": WRONG["softmax"]},
-            tamper=_rename("test_softmax", "test_softmax_mine", "pass"), lost=SOFTMAX_ONLY),
+            tamper=_rename("test_softmax", LONG_LABEL, "pass"), lost=SOFTMAX_ONLY),
         "grades-its-answer-cell": Attack(
             1, "a wrong softmax whose own cell's tag makes it a graded cell worth 100 points",
             cells={"softmax": WRONG["softmax"]},

@@ -24,12 +24,22 @@ from pathlib import Path
 import nbformat
 import pytest
 from course import BIN, REPO, env, make_course
-from hostile import ACCIDENTS, LESSON, MARKER, ODD_NAMES, REFUSED, SECRET, UNGRADABLE_NAMES, corpus
+from hostile import (
+    ACCIDENTS,
+    LESSON,
+    LONG_LABEL,
+    MARKER,
+    ODD_NAMES,
+    REFUSED,
+    SECRET,
+    UNGRADABLE_NAMES,
+    corpus,
+)
 from nbformat.v4 import new_code_cell, new_markdown_cell
 from nbgrader.api import Gradebook
 from test_grade_students import edit_cell, student_notebook, submit
 
-from autograder import view
+from autograder import history, view
 
 pytestmark = [
     pytest.mark.slow,
@@ -189,6 +199,19 @@ def test_a_notebook_whose_course_cells_changed_by_accident_keeps_every_point(gra
             assert any(note in p for p in result["problems"]), result
             page = course / "autograded" / student / LESSON / "attn-feedback.md"
             assert note in page.read_text(encoding="utf-8"), student
+
+
+def test_a_label_the_gradebook_does_not_know_is_named_cut_short_and_as_text(graded):
+    # renames-its-test-cell: 10,000 characters of the learner's label, markup among them
+    course, student = graded["ours"], "renames-its-test-cell"
+    said = LONG_LABEL[:60]
+    result = graded["results"][student]
+    assert any(f"a cell was labelled {said} for nbgrader" in p for p in result["problems"])
+    page = (course / "autograded" / student / LESSON / "attn-feedback.md").read_text()
+    assert f"`a cell was labelled {said} for nbgrader" in page  # a code span: text, not markup
+    (entry,) = [e for e in history.entries(course, LESSON) if e["student"] == student]
+    assert [n for n in entry["repaired"] if said in n] and LONG_LABEL[:61] not in str(entry)
+    assert LONG_LABEL[:61] not in page + json.dumps(result)
 
 
 def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
