@@ -43,6 +43,7 @@ import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import jsonschema
 from nbconvert.preprocessors import ClearMetadataPreprocessor
@@ -203,6 +204,16 @@ class Deduplicate(NbGraderPreprocessor):
         return nb, resources
 
 
+class _Course(NamedTuple):
+    """A notebook's course cells as the gradebook has them (``RestoreCells._course``)."""
+
+    order: list  # the source cells, in the notebook's order
+    by_name: dict  # grade id → source cell
+    grades: dict  # grade id → grade cell
+    solutions: set  # grade ids of the answer cells
+    tasks: dict  # grade id → task cell
+
+
 class RestoreCells(OverwriteCells):
     """nbgrader's ``OverwriteCells``, with every course cell's tag rebuilt from the gradebook.
 
@@ -222,34 +233,33 @@ class RestoreCells(OverwriteCells):
         self._known = None
         return super().preprocess(nb, resources)
 
-    def _course(self):
-        """The notebook's course cells from the gradebook, read once: the source cells in order,
-        and by grade id; the grade cells, the solution ids and the task cells."""
+    def _course(self) -> _Course:
+        """The notebook's course cells from the gradebook, read once."""
         if self._known is None:
             found = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
             order = list(found.source_cells)
-            self._known = (
-                order,
-                {c.name: c for c in order},
-                {c.name: c for c in found.grade_cells},
-                {c.name for c in found.solution_cells},
-                {c.name: c for c in found.task_cells},
+            self._known = _Course(
+                order=order,
+                by_name={c.name: c for c in order},
+                grades={c.name: c for c in found.grade_cells},
+                solutions={c.name for c in found.solution_cells},
+                tasks={c.name: c for c in found.task_cells},
             )
         return self._known
 
     def _tag(self, source, old: dict) -> dict:
-        _, _, grades, solutions, tasks = self._course()
+        course = self._course()
         tag = {
             "cell_type": source.cell_type,
             "checksum": source.checksum,
-            "grade": source.name in grades,
+            "grade": source.name in course.grades,
             "grade_id": source.name,
             "locked": bool(source.locked),
             "schema_version": 3,
-            "solution": source.name in solutions,
-            "task": source.name in tasks,
+            "solution": source.name in course.solutions,
+            "task": source.name in course.tasks,
         }
-        graded = grades.get(source.name) or tasks.get(source.name)
+        graded = course.grades.get(source.name) or course.tasks.get(source.name)
         if graded is not None:  # the learner's number where it is the same (2, not 2.0)
             points = old.get("points")
             same = type(points) in (int, float) and points == graded.max_score
@@ -260,7 +270,7 @@ class RestoreCells(OverwriteCells):
         grade_id = cells.grade_id_of(cell)
         if grade_id is None:
             return cell, resources
-        source = self._course()[1].get(grade_id)
+        source = self._course().by_name.get(grade_id)
         if source is None:
             self.log.warning("Cell '%s' does not exist in the database", grade_id[:60])
             del cell.metadata["nbgrader"]
@@ -283,9 +293,10 @@ class RestoreCells(OverwriteCells):
         return cell, resources
 
     def add_missing_grade_cells(self, nb, resources):
-        order, _, grades, solutions, _ = self._course()
+        course = self._course()
+        order = course.order
         for index, source in enumerate(order):
-            if source.name not in grades:
+            if source.name not in course.grades:
                 continue
             present = {cells.grade_id_of(c): i for i, c in enumerate(nb.cells)}
             if source.name in present:
@@ -293,7 +304,9 @@ class RestoreCells(OverwriteCells):
             self.log.warning("Missing grade cell %s encountered, adding to notebook", source.name)
             before = (present[c.name] for c in reversed(order[:index]) if c.name in present)
             cell = self.missing_cell_transform(
-                source, grades[source.name].max_score, is_solution=source.name in solutions
+                source,
+                course.grades[source.name].max_score,
+                is_solution=source.name in course.solutions,
             )
             cells.give_id(nb, cell)
             nb.cells.insert(next(before, len(nb.cells) - 1) + 1, cell)

@@ -366,7 +366,7 @@ def exercise_stats(
     lesson: str, cell: Cell, scores: dict[str, dict[str, float]], not_attempted: int = 0
 ) -> ExerciseStats:
     """The score distribution of one graded cell over the students who have a grade for it;
-    ``not_attempted`` of them have not begun it (:func:`not_attempted`)."""
+    ``not_attempted`` of them have not begun it (:func:`unbegun_by_cell`)."""
     got = [grades[cell.key] for grades in scores.values() if cell.key in grades]
     full = sum(s >= cell.max_score - EPS for s in got)
     zero = sum(s <= EPS for s in got)
@@ -387,7 +387,7 @@ def exercise_stats(
     )
 
 
-def not_attempted(attempts: dict[str, list[Attempt]]) -> Counter:
+def unbegun_by_cell(attempts: dict[str, list[Attempt]]) -> Counter:
     """Cell key → students whose current submission has not begun it."""
     return Counter(
         cell
@@ -467,7 +467,7 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
     scores = scores_of(gb, lesson, cells)
     attempts = attempts_of(history.entries(course, lesson), cells)
     students = sorted(set(scores) | set(attempts))
-    unbegun = not_attempted(attempts)
+    unbegun = unbegun_by_cell(attempts)
     return LessonReport(
         lesson=lesson,
         cells=cells,

@@ -118,7 +118,7 @@ def test_work_not_begun_is_counted_apart_and_never_makes_a_student_stuck():
     assert {s: report.stuck_on(a) for s, a in attempts.items()} == {
         "a": [], "b": [], "c": [], "stuck": [("test_softmax", "wrong axis")], "began": [],
     }  # fmt: skip
-    assert report.not_attempted(attempts) == {"test_softmax": 3, "test_q1": 3}
+    assert report.unbegun_by_cell(attempts) == {"test_softmax": 3, "test_q1": 3}
 
     mistakes = report.mistake_stats("L", attempts)
     assert [(m.mistake, m.students_now, m.not_attempted) for m in mistakes] == [
