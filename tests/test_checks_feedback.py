@@ -579,6 +579,30 @@ def test_the_transposed_key_hint_fires_where_K_is_an_input(name, answer):
     assert "swap only the last two" in outcome.message, outcome.feedback()
 
 
+def attention_with_mask_transposed(Q, K, V, mask=None):
+    """Transposes the mask: (n, m) against scores (m, n), shapes that do not broadcast, though
+    neither is the other with an axis taken out."""
+    scores = an.scaled_dot_scores(Q, K)  # (..., m, n)
+    if mask is not None:
+        scores = np.where(np.swapaxes(mask, -1, -2), scores, -np.inf)
+    w = an.masked_softmax(scores)
+    return w @ V, w
+
+
+@pytest.mark.lesson02
+def test_the_keepdims_hint_fires_only_for_an_axis_taken_out():
+    def no_keepdims(x, axis=-1):
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / e.sum(axis=axis)  # (..., n) over (...): the summed axis is gone
+
+    outcome = checks.check("softmax", no_keepdims)
+    assert "could not be broadcast" in outcome.message, outcome.feedback()
+    assert "keepdims=True" in outcome.message
+    outcome = checks.check("attention", attention_with_mask_transposed)
+    assert "could not be broadcast" in outcome.message, outcome.feedback()
+    assert "keepdims" not in outcome.message
+
+
 # --- 5: tolerances per dtype ---------------------------------------------------------------
 
 FLOAT_EXERCISES = [

@@ -172,8 +172,27 @@ BUGGY = [
         ),
         "zero vector gives NaN",
     ),
+    (
+        "cosine_scores",
+        lambda Q, K, eps=1e-8: (
+            (Q @ np.swapaxes(K, -1, -2))
+            / (
+                np.linalg.norm(Q, axis=-1)[..., :, None] * np.linalg.norm(K, axis=-1)[..., None, :]
+                + eps
+            )
+        ),
+        "eps is added to |q| |k|",
+    ),
     ("softmax", lambda x, axis=-1: _softmax_rows(x, -1), "ignores its axis argument"),
     ("softmax", lambda x, axis=-1: _softmax_rows(x, 0), "over the first axis"),
+    (
+        "softmax",
+        lambda x, axis=-1: (
+            np.exp(x - x.max(axis, keepdims=True))
+            / np.exp(x - x.max(axis, keepdims=True)).sum(axis)
+        ),
+        "keep it with keepdims=True",
+    ),
     (
         "softmax",
         lambda x, axis=-1: np.exp(x) / np.exp(x).sum(axis=axis, keepdims=True),
@@ -230,6 +249,16 @@ BUGGY = [
         "attention",
         lambda Q, K, V, mask=None: _attn(Q, K, V, mask, scale=Q.shape[-1]),
         "scaled by d_k instead of sqrt(d_k)",
+    ),
+    (
+        "attention",
+        lambda Q, K, V, mask=None: _attn(Q, K, V, mask, scale=math.sqrt(K.shape[-2])),
+        "number of keys n",
+    ),
+    (
+        "attention",
+        lambda Q, K, V, mask=None: _attn(Q, K, V, mask, scale=math.sqrt(V.shape[-1])),
+        "sqrt(d_v) instead of sqrt(d_k)",
     ),
     ("attention", lambda Q, K, V, mask=None: _attn(Q, K, V, mask, axis=-2), "over queries"),
     (

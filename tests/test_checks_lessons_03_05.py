@@ -1,4 +1,5 @@
-"""attnlib.checks for lessons 03–05: correct variants pass, classic mistakes are named."""
+"""attnlib.checks for lessons 03–05 (and lesson 06's classic mistakes): correct variants pass,
+classic mistakes are named."""
 
 import math
 import warnings
@@ -165,6 +166,31 @@ def no_rescale(Q, K, V, block_size, causal=False):
     return acc / total
 
 
+def sinusoid_by_column(T, d_model):
+    """Every column's own index in the frequency: right for the sines, wrong for the cosines."""
+    column = np.arange(d_model)  # (d_model,)
+    angle = np.arange(T)[:, None] / 10000 ** (column / d_model)  # (T, d_model)
+    return np.where(column % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+def mha_masked_after_softmax(X_q, X_kv, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    """Zeroes the masked weights of each head after its softmax."""
+    out, w = an.multi_head_attention(X_q, X_kv, W_q, W_k, W_v, W_o, num_heads)
+    if mask is None:
+        return out, w
+    mask = np.asarray(mask)
+    w = w * (mask[..., None, :, :] if mask.ndim <= 3 else mask)  # (B, h, T_q, T_kv)
+    V = an.split_heads(X_kv @ W_v, num_heads)  # (B, h, T_kv, d_head)
+    return an.merge_heads(w @ V) @ W_o, w
+
+
+def chunked_causal_strict(Q, K, V, block_size, causal=False):
+    """A causal mask that also hides the diagonal: key j < i."""
+    m, n = Q.shape[-2], K.shape[-2]
+    mask = np.arange(n) < np.arange(m)[:, None] if causal else None  # (m, n)
+    return an.attention(Q, K, V, mask)[0]
+
+
 BUGGY = [
     (
         "self_attention",
@@ -220,6 +246,7 @@ BUGGY = [
         lambda T, d: an.sinusoidal_encoding(T, d)[:, np.arange(d) ^ 1],
         "swapped",
     ),
+    ("sinusoidal_encoding", sinusoid_by_column, "column 2i+1 shares the frequency of column 2i"),
     (
         "split_heads",
         lambda X, h: X.reshape(X.shape[0], h, X.shape[1], -1),
@@ -241,10 +268,19 @@ BUGGY = [
         ),
         "sqrt(d_model) instead of sqrt(d_head)",
     ),
+    (
+        "multi_head_attention",
+        lambda Xq, Xkv, q, k, v, o, h, mask=None: an.multi_head_attention(Xq, Xkv, q, k, v, o, h),
+        "mask is ignored",
+    ),
+    ("multi_head_attention", mha_masked_after_softmax, "applied after softmax"),
     ("attention_flops", lambda m, n, dk, dv: m * n * (dk + dv), "multiply-adds"),
+    ("attention_flops", lambda m, n, dk, dv: 4 * m * n * dk, "uses d_k for both products"),
     ("attention_flops", lambda m, n, dk, dv: 2 * m * n * dk, "only Q Kᵀ"),
     ("score_matrix_bytes", lambda b, h, m, n, s: b * h * m * n, "counts elements, not bytes"),
     ("score_matrix_bytes", lambda b, h, m, n, s: b * m * n * s, "forgets the heads"),
+    ("score_matrix_bytes", lambda b, h, m, n, s: b * h * m * m * s, "m queries by n keys"),
+    ("score_matrix_bytes", lambda b, h, m, n, s: b * h * n * n * s, "m queries by n keys"),
     ("chunked_attention", no_rescale, "not rescaled"),
     ("chunked_attention", naive_chunked, "materialises the whole score matrix"),
     (
@@ -252,6 +288,7 @@ BUGGY = [
         lambda Q, K, V, bs, causal=False: an.chunked_attention(Q, K, V, bs),
         "causal=True is ignored",
     ),
+    ("chunked_attention", chunked_causal_strict, "hides the diagonal"),
     ("fit_exponent", lambda ns, t: float(np.polyfit(ns, t, 1)[0]), "raw numbers"),
     (
         "fit_exponent",
@@ -263,6 +300,34 @@ BUGGY = [
         lambda ns, t: float(np.log(t[-1] / t[0]) / np.log(ns[-1] / ns[0])),
         "first and last points",
     ),
+]
+
+
+def cache_prepended(q_t, k_t, v_t, cache=None):
+    """Puts the new step before the cached ones: the output is right, the cache is not."""
+    K = k_t if cache is None else np.concatenate([k_t, cache[0]], axis=-2)  # (B, h, t+1, d)
+    V = v_t if cache is None else np.concatenate([v_t, cache[1]], axis=-2)  # (B, h, t+1, d)
+    return an.attention(q_t, K, V)[0], (K, V)
+
+
+def induction_from_period_minus_one(weights, period):
+    T = np.shape(weights)[-1]
+    return np.mean([weights[..., i, i - period + 1] for i in range(period - 1, T)], axis=0)
+
+
+BUGGY += [
+    (
+        "softmax_backward",
+        lambda y, g, axis=-1: y * (g - np.sum(g, axis=axis, keepdims=True)),
+        "weighted by the output",
+    ),
+    (
+        "softmax_backward",
+        lambda y, g, axis=-1: y * (g - np.sum(g * y, axis=axis)),
+        "keep it with keepdims=True",
+    ),
+    ("cached_attention", cache_prepended, "before the cached steps"),
+    ("induction_score", induction_from_period_minus_one, "starts at query period − 1"),
 ]
 
 

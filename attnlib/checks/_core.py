@@ -29,6 +29,7 @@ import copy
 import functools
 import inspect
 import os
+import re
 import sys
 import textwrap
 import threading
@@ -525,12 +526,41 @@ def _verdict(found: str | tuple[str, str] | None, on: str) -> Verdict | None:
 
 
 def _hint(exercise: Exercise, error: Exception, probe: Probe) -> str:
-    """The first of the exercise's hints that explains ``error`` on ``probe``."""
-    for hint in exercise.hints:
+    """The first of the exercise's hints, then of the hints for every exercise, that explains
+    ``error`` on ``probe``."""
+    for hint in (*exercise.hints, *HINTS):
         text = hint(error, probe)
         if text:
             return text
     return ""
+
+
+BROADCAST_SHAPES = re.compile(r"could not be broadcast together with shapes((?: \([\d,]*\))+)")
+
+
+def dropped_axis(error: Exception, probe: Probe) -> str:
+    """NumPy could not broadcast two shapes, one of them the other with an axis taken out: a
+    sum or a maximum over an axis without ``keepdims=True``."""
+    found = BROADCAST_SHAPES.search(str(error))
+    if not found:
+        return ""
+    shapes = [
+        tuple(int(size) for size in text.split(",") if size)
+        for text in re.findall(r"\(([\d,]*)\)", found.group(1))
+    ]
+    for longer in shapes:
+        for shorter in shapes:
+            if len(longer) == len(shorter) + 1 and any(
+                longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer))
+            ):
+                return (
+                    "; a sum or a maximum over an axis drops that axis: keep it with "
+                    "keepdims=True, so that the result lines up with the array it came from"
+                )
+    return ""
+
+
+HINTS = (dropped_axis,)  # hints for every exercise, after its own
 
 
 MATMUL_ERRORS = ("matmul", "batch2", "mat1 and mat2")  # NumPy's and PyTorch's wording

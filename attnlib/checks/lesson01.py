@@ -137,6 +137,10 @@ def _cosine_probes() -> list[Probe]:
     return out
 
 
+def _norms(x):
+    return np.linalg.norm(x, axis=-1)  # (..., m)
+
+
 def _unit(x, axis=-1):
     return x / np.linalg.norm(x, axis=axis, keepdims=True)
 
@@ -154,6 +158,14 @@ cosine_scores = Exercise(
         Mistake(
             "vectors are not normalised: cosine similarity divides q · k by |q| |k|",
             lambda Q, K: ref.dot_scores(Q, K),
+        ),
+        Mistake(
+            "eps is added to |q| |k|, which shifts the scores of short vectors; clamp each norm "
+            "instead, max(|q|, eps) and max(|k|, eps), so that only a vector shorter than eps "
+            "is affected",
+            lambda Q, K, eps=1e-8: (
+                ref.dot_scores(Q, K) / (_norms(Q)[..., :, None] * _norms(K)[..., None, :] + eps)
+            ),
         ),
         Mistake(
             "only the queries are normalised: divide by the norms of both q and k",

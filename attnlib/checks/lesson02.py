@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import numpy as ref
@@ -232,18 +234,14 @@ def _attention_probes() -> list[Probe]:
     return [*out, *far_qkv_probes()]
 
 
-def _attend(weights_of_scale):
-    """Attention whose weights come from ``weights_of_scale(Q, K, mask)``."""
+def _scaled_by(divisor):
+    """Attention whose scores are divided by ``divisor(Q, K, V)`` instead of sqrt(d_k)."""
 
     def returns(Q, K, V, mask=None):
-        w = weights_of_scale(Q, K, mask)
+        w = ref.masked_softmax(ref.dot_scores(Q, K) / divisor(Q, K, V), mask)  # (..., m, n)
         return w @ V, w
 
     return returns
-
-
-def _scaled_by(divisor):
-    return _attend(lambda Q, K, mask: ref.masked_softmax(ref.dot_scores(Q, K) / divisor(Q), mask))
 
 
 attention = Exercise(
@@ -260,8 +258,19 @@ attention = Exercise(
             "returns (weights, output); the order is (output, weights)",
             lambda *a, **kw: tuple(reversed(ref.attention(*a, **kw))),
         ),
-        Mistake("scores are not scaled: divide Q Kᵀ by sqrt(d_k)", _scaled_by(lambda Q: 1.0)),
-        Mistake("scores scaled by d_k instead of sqrt(d_k)", _scaled_by(lambda Q: np.shape(Q)[-1])),
+        Mistake("scores are not scaled: divide Q Kᵀ by sqrt(d_k)", _scaled_by(lambda Q, K, V: 1.0)),
+        Mistake(
+            "scores scaled by d_k instead of sqrt(d_k)", _scaled_by(lambda Q, K, V: np.shape(Q)[-1])
+        ),
+        Mistake(
+            "scores scaled by the square root of the number of keys n instead of sqrt(d_k)",
+            _scaled_by(lambda Q, K, V: math.sqrt(np.shape(K)[-2])),
+        ),
+        Mistake(
+            "scores scaled by sqrt(d_v) instead of sqrt(d_k): the scale comes from the width of "
+            "the queries and keys, not of the values",
+            _scaled_by(lambda Q, K, V: math.sqrt(np.shape(V)[-1])),
+        ),
         Mistake(
             "the output uses the keys as values: multiply the weights by V, not K",
             lambda Q, K, V, mask=None: (

@@ -240,6 +240,13 @@ def _sinusoid(T, d, *, first=np.sin, second=np.cos, pair=2, interleave=True, inv
     return pe
 
 
+def _sinusoid_by_column(T, d):
+    """Each column's own index in the frequency: the cosine of pair i gets (2i+1)/d."""
+    column = np.arange(d)  # (d,)
+    angle = np.arange(T)[:, None] / 10000.0 ** (column / d)  # (T, d)
+    return np.where(column % 2 == 0, np.sin(angle), np.cos(angle))
+
+
 sinusoidal_encoding = Exercise(
     name="sinusoidal_encoding",
     lesson=LESSON,
@@ -262,6 +269,11 @@ sinusoidal_encoding = Exercise(
             "the frequency uses i/d_model where the formula has 2i/d_model (the column index "
             "of the pair's sine)",
             lambda T, d: _sinusoid(T, d, pair=1),
+        ),
+        Mistake(
+            "the cosine columns use their own index in the frequency: column 2i+1 shares the "
+            "frequency of column 2i, 1 / 10000^(2i/d_model)",
+            _sinusoid_by_column,
         ),
         Mistake(
             "positions are multiplied by 10000^(2i/d_model); divide by it",

@@ -9,7 +9,7 @@ import numpy as np
 from .. import numpy as ref
 from ._core import Exercise, Mistake, Probe
 from .probes import far, far_mask, far_qk, float32, label, normal
-from .weights import weights_invariants
+from .weights import masking_mistakes, weights_invariants
 
 LESSON = "04-multi-head"
 
@@ -125,6 +125,23 @@ def _far_mha_probes() -> list[Probe]:
     return [far(args, text=text), masked, float32(masked)]
 
 
+def _per_head(mask):
+    """A mask ``(..., T_q, T_kv)`` with a head axis where it has none: ``(B, 1, T_q, T_kv)``."""
+    mask = np.asarray(mask)
+    return mask[..., None, :, :] if mask.ndim <= 3 else mask
+
+
+def _head_scores(X_q, X_kv, W_q, W_k, W_v, W_o, h):
+    """Each head's scaled scores, ``(B, h, T_q, T_kv)``."""
+    return ref.scaled_dot_scores(ref.split_heads(X_q @ W_q, h), ref.split_heads(X_kv @ W_k, h))
+
+
+def _heads_out(args, w):
+    """The output of weights ``w (B, h, T_q, T_kv)``: heads merged, then W_o."""
+    X_kv, W_v, W_o, h = args[1], args[4], args[5], args[6]
+    return ref.merge_heads(w @ ref.split_heads(X_kv @ W_v, h)) @ W_o, w  # (B, T_q, d_model)
+
+
 def _mha_variant(*, scale=None, project=True, split=None):
     """Multi-head attention with one classic slip."""
     split = split or ref.split_heads
@@ -132,8 +149,7 @@ def _mha_variant(*, scale=None, project=True, split=None):
     def returns(X_q, X_kv, W_q, W_k, W_v, W_o, h, mask=None):
         Q, K, V = split(X_q @ W_q, h), split(X_kv @ W_k, h), split(X_kv @ W_v, h)
         if mask is not None:
-            mask = np.asarray(mask)
-            mask = mask[..., None, :, :] if mask.ndim <= 3 else mask
+            mask = _per_head(mask)
         d = Q.shape[-1] if scale is None else scale(X_q, W_q, h)
         w = ref.masked_softmax(ref.dot_scores(Q, K) / math.sqrt(d), mask)
         heads = ref.merge_heads(w @ V)
@@ -168,6 +184,7 @@ multi_head_attention = Exercise(
             "and then (B, h, T, d)",
             _mha_variant(split=lambda X, h: X.reshape(X.shape[0], h, X.shape[1], -1)),
         ),
+        *masking_mistakes(_head_scores, _heads_out, mask_of=_per_head),
     ),
     invariants=weights_invariants(1),
 )

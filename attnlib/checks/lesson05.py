@@ -35,6 +35,11 @@ attention_flops = Exercise(
             "counts only A V; the scores Q Kᵀ cost 2·m·n·d_k as well",
             lambda m, n, dk, dv: 2 * m * n * dv,
         ),
+        Mistake(
+            "uses d_k for both products: A V multiplies (m, n) weights by (n, d_v) values, "
+            "2·m·n·d_v operations",
+            lambda m, n, dk, dv: 4 * m * n * dk,
+        ),
     ),
 )
 
@@ -60,6 +65,14 @@ score_matrix_bytes = Exercise(
         Mistake(
             "forgets the batch: there is one score matrix per example",
             lambda b, h, m, n, s: h * m * n * s,
+        ),
+        Mistake(
+            "counts m·m scores: the score matrix is (m, n), m queries by n keys",
+            lambda b, h, m, n, s: b * h * m * m * s,
+        ),
+        Mistake(
+            "counts n·n scores: the score matrix is (m, n), m queries by n keys",
+            lambda b, h, m, n, s: b * h * n * n * s,
         ),
     ),
 )
@@ -144,6 +157,11 @@ def chunked_memory(fn, peak: Peak, n: int = 2048, d: int = 16, block_size: int =
     return None
 
 
+def _strictly_before(Q, K):
+    """Key j < query i: the causal mask with its diagonal hidden, ``(m, n)``."""
+    return np.arange(np.shape(K)[-2]) < np.arange(np.shape(Q)[-2])[:, None]  # (m, n)
+
+
 chunked_attention = Exercise(
     name="chunked_attention",
     lesson=LESSON,
@@ -166,6 +184,13 @@ chunked_attention = Exercise(
         Mistake(
             "causal=True is ignored: query i may only attend to keys j <= i",
             lambda Q, K, V, bs, causal=False: ref.attention(Q, K, V)[0],
+        ),
+        Mistake(
+            "the causal mask hides the diagonal: query i may attend to keys j <= i, itself "
+            "included",
+            lambda Q, K, V, bs, causal=False: ref.attention(
+                Q, K, V, _strictly_before(Q, K) if causal else None
+            )[0],
         ),
         Mistake(
             "scores are not scaled: divide Q Kᵀ by sqrt(d_k) as in attention",

@@ -82,6 +82,10 @@ softmax_backward = Exercise(
             "the sum runs over every axis at once; it belongs to each slice along `axis`",
             lambda y, g, axis=-1: y * (g - (g * y).sum()),
         ),
+        Mistake(
+            "the sum is of grad_y alone; it must be weighted by the output: sum(grad_y · y)",
+            lambda y, g, axis=-1: y * (g - g.sum(axis=axis, keepdims=True)),
+        ),
     ),
 )
 
@@ -188,10 +192,13 @@ def _cached_probes() -> list[Probe]:
     return out
 
 
-def _cached_with(append: bool = True, cache_used: bool = True, scale=math.sqrt):
+def _cached_with(append: bool = True, cache_used: bool = True, scale=math.sqrt, before=False):
+    def joined(old, new):  # (B, h, t, d), (B, h, 1, d) -> (B, h, t+1, d)
+        return np.concatenate([new, old] if before else [old, new], axis=-2)
+
     def step(q, k, v, cache=None):
-        K = k if cache is None or not cache_used else np.concatenate([cache[0], k], axis=-2)
-        V = v if cache is None or not cache_used else np.concatenate([cache[1], v], axis=-2)
+        K = k if cache is None or not cache_used else joined(cache[0], k)
+        V = v if cache is None or not cache_used else joined(cache[1], v)
         w = ref.softmax(q @ np.swapaxes(K, -1, -2) / scale(q.shape[-1]))
         out = w @ V
         if not append:  # attends correctly but hands back the old cache
@@ -224,6 +231,12 @@ cached_attention = Exercise(
         Mistake(
             "scores scaled by d instead of sqrt(d)",
             _cached_with(scale=lambda d: d),
+        ),
+        Mistake(
+            "this step's key and value go before the cached steps; append them at the end of "
+            "the time axis (-2), so that K'[..., t, :] is step t",
+            _cached_with(before=True),
+            applies=lambda p: p.kwargs.get("cache") is not None,
         ),
     ),
 )
@@ -275,6 +288,11 @@ induction_score = Exercise(
         Mistake(
             "it sums over the queries; the score is their mean",
             _induction_with(mean=False),
+        ),
+        Mistake(
+            "the mean starts at query period − 1, whose key i − period + 1 is token 0; it runs "
+            "over the queries of the repeat, i >= period",
+            _induction_with(start=0),
         ),
     ),
 )
