@@ -310,6 +310,15 @@ def cache_prepended(q_t, k_t, v_t, cache=None):
     return an.attention(q_t, K, V)[0], (K, V)
 
 
+def backward_not_summed(Q, K, V, grad_out, mask=None):
+    """The lesson's backward pass, every gradient left in the broadcast batch's shape."""
+    scale = 1 / math.sqrt(Q.shape[-1])
+    P = an.masked_softmax(Q @ np.swapaxes(K, -1, -2) * scale, mask)  # (..., m, n)
+    dS = an.softmax_backward(P, grad_out @ np.swapaxes(V, -1, -2))  # (..., m, n)
+    dV = np.swapaxes(P, -1, -2) @ grad_out  # (..., n, d_v)
+    return (dS @ K) * scale, (np.swapaxes(dS, -1, -2) @ Q) * scale, dV
+
+
 def induction_from_period_minus_one(weights, period):
     T = np.shape(weights)[-1]
     return np.mean([weights[..., i, i - period + 1] for i in range(period - 1, T)], axis=0)
@@ -326,6 +335,7 @@ BUGGY += [
         lambda y, g, axis=-1: y * (g - np.sum(g * y, axis=axis)),
         "keep it with keepdims=True",
     ),
+    ("attention_backward", backward_not_summed, "summed over the batch axes"),
     ("cached_attention", cache_prepended, "before the cached steps"),
     ("induction_score", induction_from_period_minus_one, "starts at query period − 1"),
 ]

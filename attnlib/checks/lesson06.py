@@ -112,7 +112,7 @@ def _attention_backward_probes() -> list[Probe]:
     return out
 
 
-def _backward_with(scale: bool = True, softmax: bool = True, mask: bool = True):
+def _backward_with(scale: bool = True, softmax: bool = True, mask: bool = True, summed=True):
     """A model of attention_backward with one step left out."""
 
     def backward(Q, K, V, dO, mask_=None, **kwargs):
@@ -124,9 +124,18 @@ def _backward_with(scale: bool = True, softmax: bool = True, mask: bool = True):
         dS = ref.softmax_backward(P, dP) if softmax else dP
         k = s if scale else 1.0
         dQ, dK = (dS @ K) * k, (np.swapaxes(dS, -1, -2) @ Q) * k
+        if not summed:
+            return dQ, dK, dV
         return _summed(dQ, Q.shape), _summed(dK, K.shape), _summed(dV, V.shape)
 
     return backward
+
+
+def _broadcast(probe: Probe) -> bool:
+    """Whether an input of ``attention_backward`` is shared across the others' batch axes."""
+    Q, K, V, dO = (np.shape(a) for a in probe.args)
+    batch = np.broadcast_shapes(Q[:-2], K[:-2], V[:-2], dO[:-2])
+    return any(shape[:-2] != batch for shape in (Q, K, V))
 
 
 def _summed(g: np.ndarray, shape: tuple) -> np.ndarray:
@@ -159,6 +168,13 @@ attention_backward = Exercise(
             "flows to them",
             _backward_with(mask=False),
             applies=lambda p: "mask" in p.kwargs,
+        ),
+        Mistake(
+            "the gradients keep the batch axes their inputs were broadcast along: an input "
+            "shared by every batch entry gets the sum of their gradients, summed over the batch "
+            "axes to its own shape (sum_to_size in PyTorch, .sum(axis, keepdims=True) in NumPy)",
+            _backward_with(summed=False),
+            applies=_broadcast,
         ),
     ),
 )
