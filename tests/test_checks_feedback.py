@@ -603,6 +603,21 @@ def test_the_keepdims_hint_fires_only_for_an_axis_taken_out():
     assert "keepdims" not in outcome.message
 
 
+@pytest.mark.lesson01
+def test_the_projection_hint_fires_only_for_the_widths_of_q_and_k():
+    def projected_wrong(Q, K, W_q, W_k, v):
+        return np.tanh((Q @ W_k)[..., :, None, :] + (K @ W_q)[..., None, :, :]) @ v
+
+    def v_first(Q, K, W_q, W_k, v):
+        return v @ np.tanh((Q @ W_q)[..., :, None, :] + (K @ W_k)[..., None, :, :])
+
+    outcome = checks.check("additive_scores", projected_wrong)
+    assert "goes through W_q (d_q, h)" in outcome.message, outcome.feedback()
+    outcome = checks.check("additive_scores", v_first)
+    assert "raised ValueError: matmul" in outcome.message, outcome.feedback()
+    assert "goes through W_q" not in outcome.message
+
+
 # --- 5: tolerances per dtype ---------------------------------------------------------------
 
 FLOAT_EXERCISES = [

@@ -121,6 +121,13 @@ def _attn(Q, K, V, mask=None, scale=None, axis=-1, values=None, fill=-np.inf, af
     return w @ (V if values is None else values(K, V)), w
 
 
+def _adding_the_mask(Q, K, V, mask=None):
+    """Adds the boolean mask to the scores, as if it were an additive (0 / −inf) one."""
+    scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1])  # (..., m, n)
+    w = _softmax_rows(scores if mask is None else scores + mask)
+    return w @ V, w
+
+
 BUGGY = [
     ("dot_scores", lambda Q, K: K @ np.swapaxes(Q, -1, -2), "transposed"),
     (
@@ -130,6 +137,8 @@ BUGGY = [
     ),
     ("dot_scores", lambda Q, K: Q @ K.T, "raised ValueError"),
     ("dot_scores", lambda Q, K: Q @ K.T, "swap only the last two"),
+    ("dot_scores", lambda Q, K: np.dot(Q, np.swapaxes(K, -1, -2)), "np.dot"),
+    ("dot_scores", lambda Q, K: np.einsum("md,nd->mn", Q, K), "'...md,...nd->...mn'"),
     ("scaled_dot_scores", lambda Q, K: Q @ np.swapaxes(K, -1, -2), "not scaled"),
     (
         "scaled_dot_scores",
@@ -162,6 +171,18 @@ BUGGY = [
             ((Q @ W_q)[..., :, None, :] + (K @ W_k)[..., None, :, :]) @ v
         ),
         "tanh is applied after",
+    ),
+    (
+        "additive_scores",
+        lambda Q, K, W_q, W_k, v: np.tanh(Q @ W_q + K @ W_k) @ v,
+        "every query meets every key",
+    ),
+    (
+        "additive_scores",
+        lambda Q, K, W_q, W_k, v: (
+            np.tanh((Q @ W_k)[..., :, None, :] + (K @ W_q)[..., None, :, :]) @ v
+        ),
+        "Q (..., m, d_q) goes through W_q (d_q, h)",
     ),
     ("cosine_scores", lambda Q, K, eps=1e-8: Q @ np.swapaxes(K, -1, -2), "not normalised"),
     (
@@ -273,6 +294,17 @@ BUGGY = [
         "applied after softmax",
     ),
     ("attention", lambda Q, K, V, mask=None: _attn(Q, K, V, None), "mask is ignored"),
+    (
+        "attention",
+        lambda Q, K, V, mask=None: _attn(Q, K, V, mask, fill=0.0),
+        "0 is an ordinary score",
+    ),
+    (
+        "masked_softmax",
+        lambda s, mask=None: _softmax_rows(s * (1 if mask is None else mask)),
+        "0 is an ordinary score",
+    ),
+    ("attention", _adding_the_mask, "added to the scores"),
     (
         "attention",
         lambda Q, K, V, mask=None: _attn(Q, K, V, mask)[::-1],

@@ -184,6 +184,15 @@ def mha_masked_after_softmax(X_q, X_kv, W_q, W_k, W_v, W_o, num_heads, mask=None
     return an.merge_heads(w @ V) @ W_o, w
 
 
+def mha_merged_by_reshape(X_q, X_kv, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    """Merges the heads' outputs (B, h, T, d) straight into (B, T, h*d)."""
+    heads = [an.split_heads(X @ W, num_heads) for X, W in ((X_q, W_q), (X_kv, W_k), (X_kv, W_v))]
+    if mask is not None and np.ndim(mask) <= 3:
+        mask = np.asarray(mask)[..., None, :, :]  # (..., 1, T_q, T_kv): one mask for every head
+    out, w = an.attention(*heads, mask)  # (B, h, T_q, d), (B, h, T_q, T_kv)
+    return out.reshape(out.shape[0], out.shape[2], -1) @ W_o, w
+
+
 def chunked_causal_strict(Q, K, V, block_size, causal=False):
     """A causal mask that also hides the diagonal: key j < i."""
     m, n = Q.shape[-2], K.shape[-2]
@@ -274,6 +283,7 @@ BUGGY = [
         "mask is ignored",
     ),
     ("multi_head_attention", mha_masked_after_softmax, "applied after softmax"),
+    ("multi_head_attention", mha_merged_by_reshape, "merged by reshape without transpose"),
     ("attention_flops", lambda m, n, dk, dv: m * n * (dk + dv), "multiply-adds"),
     ("attention_flops", lambda m, n, dk, dv: 4 * m * n * dk, "uses d_k for both products"),
     ("attention_flops", lambda m, n, dk, dv: 2 * m * n * dk, "only Q Kᵀ"),

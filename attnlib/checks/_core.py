@@ -538,16 +538,21 @@ def _hint(exercise: Exercise, error: Exception, probe: Probe) -> str:
 BROADCAST_SHAPES = re.compile(r"could not be broadcast together with shapes((?: \([\d,]*\))+)")
 
 
-def dropped_axis(error: Exception, probe: Probe) -> str:
-    """NumPy could not broadcast two shapes, one of them the other with an axis taken out: a
-    sum or a maximum over an axis without ``keepdims=True``."""
+def broadcast_shapes(error: Exception) -> list[tuple[int, ...]]:
+    """The shapes NumPy names when it cannot broadcast them together (none for other errors)."""
     found = BROADCAST_SHAPES.search(str(error))
     if not found:
-        return ""
-    shapes = [
+        return []
+    return [
         tuple(int(size) for size in text.split(",") if size)
         for text in re.findall(r"\(([\d,]*)\)", found.group(1))
     ]
+
+
+def dropped_axis(error: Exception, probe: Probe) -> str:
+    """NumPy could not broadcast two shapes, one of them the other with an axis taken out: a
+    sum or a maximum over an axis without ``keepdims=True``."""
+    shapes = broadcast_shapes(error)
     for longer in shapes:
         for shorter in shapes:
             if len(longer) == len(shorter) + 1 and any(
@@ -560,7 +565,17 @@ def dropped_axis(error: Exception, probe: Probe) -> str:
     return ""
 
 
-HINTS = (dropped_axis,)  # hints for every exercise, after its own
+def einsum_without_ellipsis(error: Exception, probe: Probe) -> str:
+    """An einsum whose terms name only the last axes, given arrays with batch axes."""
+    if "einstein sum" in str(error) and "ellipsis" in str(error):
+        return (
+            "; with batch axes, start each einsum term with ... so that they pass through, "
+            "e.g. '...md,...nd->...mn'"
+        )
+    return ""
+
+
+HINTS = (dropped_axis, einsum_without_ellipsis)  # hints for every exercise, after its own
 
 
 MATMUL_ERRORS = ("matmul", "batch2", "mat1 and mat2")  # NumPy's and PyTorch's wording

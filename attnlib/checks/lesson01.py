@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from .. import numpy as ref
-from ._core import Exercise, Mistake, Probe, transposed_key
+from .._shapes import fmt
+from ._core import Exercise, Mistake, Probe, broadcast_shapes, transposed_key
 from .probes import float32, label, normal, qk_probes
 from .tolerance import tolerance
 
@@ -52,6 +54,13 @@ dot_scores = Exercise(
             "multiplies Q and K element by element and sums over the wrong axis; each score "
             "is the dot product over the feature axis d_k",
             lambda Q, K: np.sum(Q * K, axis=-2) if np.shape(Q) == np.shape(K) else None,
+        ),
+        Mistake(
+            "np.dot on arrays with batch axes pairs every batch entry with every other one, "
+            "(B, m, d_k) · (B, d_k, n) → (B, m, B, n); Q @ np.swapaxes(K, -1, -2) (np.matmul) "
+            "multiplies them batch by batch",
+            lambda Q, K: np.dot(Q, np.swapaxes(K, -1, -2)),
+            applies=lambda p: np.ndim(p.args[0]) > 2,
         ),
     ),
 )
@@ -102,12 +111,39 @@ def _additive(Q, K, W_q, W_k, v, *, act=np.tanh, swap=False, after=False):
     return act(pre @ v) if after else act(pre) @ v
 
 
+def unpaired(error: Exception, probe: Probe) -> str:
+    """q W_q ``(..., m, h)`` and k W_k ``(..., n, h)`` added as they are: no pairs."""
+    Q, K, W_q = (np.shape(a) for a in probe.args[:3])
+    ends = {shape[-2:] for shape in broadcast_shapes(error)}
+    if {(Q[-2], W_q[-1]), (K[-2], W_q[-1])} <= ends:
+        return (
+            f"; q W_q is (..., m, h) = (..., {Q[-2]}, {W_q[-1]}) and k W_k is (..., n, h) = "
+            f"(..., {K[-2]}, {W_q[-1]}): give the first a key axis and the second a query axis, "
+            "(..., m, 1, h) + (..., 1, n, h), so that every query meets every key"
+        )
+    return ""
+
+
+def projected_wrong(error: Exception, probe: Probe) -> str:
+    """A product of the queries with W_k, or of the keys with W_q, whose widths differ."""
+    Q, K, W_q, W_k = (np.shape(a) for a in probe.args[:4])
+    sizes = re.search(r"size (\d+) is different from (\d+)|\(\d+x(\d+) and (\d+)x\d+\)", str(error))
+    mismatch = {int(n) for n in sizes.groups() if n} if sizes else set()
+    if Q[-1] != K[-1] and mismatch == {Q[-1], K[-1]}:
+        return (
+            f"; Q (..., m, d_q) goes through W_q (d_q, h) = {fmt(W_q)} and K (..., n, d_k) "
+            f"through W_k (d_k, h) = {fmt(W_k)}"
+        )
+    return ""
+
+
 additive_scores = Exercise(
     name="additive_scores",
     lesson=LESSON,
     read="01-scoring, 'Additive (Bahdanau) scores'",
     reference=ref.additive_scores,
     probes=_additive_probes,
+    hints=(unpaired, projected_wrong),
     mistakes=(
         _transposed(ref.additive_scores),
         Mistake(

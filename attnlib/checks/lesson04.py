@@ -142,9 +142,10 @@ def _heads_out(args, w):
     return ref.merge_heads(w @ ref.split_heads(X_kv @ W_v, h)) @ W_o, w  # (B, T_q, d_model)
 
 
-def _mha_variant(*, scale=None, project=True, split=None):
+def _mha_variant(*, scale=None, project=True, split=None, merge=None):
     """Multi-head attention with one classic slip."""
     split = split or ref.split_heads
+    merge = merge or ref.merge_heads
 
     def returns(X_q, X_kv, W_q, W_k, W_v, W_o, h, mask=None):
         Q, K, V = split(X_q @ W_q, h), split(X_kv @ W_k, h), split(X_kv @ W_v, h)
@@ -152,7 +153,7 @@ def _mha_variant(*, scale=None, project=True, split=None):
             mask = _per_head(mask)
         d = Q.shape[-1] if scale is None else scale(X_q, W_q, h)
         w = ref.masked_softmax(ref.dot_scores(Q, K) / math.sqrt(d), mask)
-        heads = ref.merge_heads(w @ V)
+        heads = merge(w @ V)  # (B, T_q, h*d_head)
         return (heads @ W_o if project else heads), w
 
     return returns
@@ -183,6 +184,11 @@ multi_head_attention = Exercise(
             "heads are split by reshape without transpose: (B, T, h*d) must become (B, T, h, d) "
             "and then (B, h, T, d)",
             _mha_variant(split=lambda X, h: X.reshape(X.shape[0], h, X.shape[1], -1)),
+        ),
+        Mistake(
+            "the heads are merged by reshape without transpose: (B, h, T, d_head) must become "
+            "(B, T, h, d_head) before (B, T, h*d_head)",
+            _mha_variant(merge=lambda X: X.reshape(X.shape[0], X.shape[2], -1)),
         ),
         *masking_mistakes(_head_scores, _heads_out, mask_of=_per_head),
     ),

@@ -173,6 +173,22 @@ def masking_mistakes(scores_of, finish, mask_of=lambda mask: mask):
             read=MASKING,
         ),
         Mistake(
+            "masked scores are set to 0, but 0 is an ordinary score: exp(0) still gives those "
+            "keys weight; set them to −inf before the softmax",
+            variant(lambda s, m: ref.softmax(np.where(m, s, 0.0))),
+            applies=with_mask,
+            read=MASKING,
+        ),
+        Mistake(
+            "the boolean mask is added to the scores, so it adds 1 where True and hides "
+            "nothing; this course's mask is boolean, True = may attend: keep the scores where "
+            "it is True and set the rest to −inf (a mask of 0 and −inf to add is PyTorch's "
+            "float convention)",
+            variant(lambda s, m: ref.softmax(s + m)),
+            applies=with_mask,
+            read=MASKING,
+        ),
+        Mistake(
             "a fully masked row gets uniform weights 1/n (the −1e9 trick); a query with no "
             "allowed key must get all-zero weights",
             variant(lambda s, m: ref.softmax(np.where(m, s, -1e9))),
