@@ -426,3 +426,20 @@ def test_a_chunked_function_that_is_naive_only_when_causal_is_caught():
     outcome = checks.check("chunked_attention", naive_when_causal)
     assert not outcome.passed
     assert "causal=True" in outcome.message and "materialises" in outcome.message
+
+
+def lets_exceptions_through(attention_fn):
+    """A property test that never turns the tested function's exceptions into assertions."""
+    Q = np.ones((2, 3, 4))  # (B, m, d_k) = (B, n, d_k): a batch, so `K.T` raises
+    out, w = attention_fn(Q, Q, Q)
+    assert np.shape(out) == (2, 3, 4), "returns (output, weights): wrong shape"
+
+
+@pytest.mark.lesson06
+def test_a_property_test_that_lets_the_tested_functions_exception_escape_is_told_so():
+    outcome = checks.check("check_attention", lets_exceptions_through)
+    assert not outcome.passed
+    assert "lets the ValueError that attention_fn raised escape" in outcome.message, (
+        outcome.feedback()
+    )
+    assert "raise an AssertionError naming the property" in outcome.message

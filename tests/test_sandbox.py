@@ -737,3 +737,33 @@ def test_a_property_test_on_tensors_gets_the_same_verdict_in_the_kernel_and_the_
         runner.close()
     assert in_kernel.passed, in_kernel.message
     assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
+
+
+LETS_EXCEPTIONS_THROUGH = """
+import numpy as np
+
+def check_attention(attention_fn):
+    Q = np.ones((2, 3, 4))  # a batch: a broken attention that uses K.T raises on it
+    out, w = attention_fn(Q, Q, Q)
+    assert np.shape(out) == (2, 3, 4), "returns (output, weights): wrong shape"
+"""
+
+
+def test_an_exception_a_property_test_lets_escape_is_named_alike_in_the_kernel_and_the_grader(
+    template,
+):
+    """The broken attention's exception crosses the sandbox twice (into the learner's test, and
+    out of it, rebuilt); the grader still tells it from one of the test's own."""
+    from attnlib import checks
+    from autograder.scoring import Proxy, Sandboxed
+
+    kernel: dict = {}
+    exec(LETS_EXCEPTIONS_THROUGH, kernel)
+    in_kernel = checks.check("check_attention", kernel["check_attention"])
+    runner, proxy = _proxy(template, [LETS_EXCEPTIONS_THROUGH], "check_attention")
+    try:
+        in_grader = checks.judge("check_attention", proxy, Proxy.peak, Sandboxed(runner))
+    finally:
+        runner.close()
+    assert "lets the ValueError that attention_fn raised escape" in in_kernel.message
+    assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)

@@ -570,15 +570,31 @@ def _guarded(fn):
     return attention
 
 
+class _Escaped(Exception):
+    """The learner's test let an exception of the attention it tested escape."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
 def _property_test(fn, peak: Peak) -> str | None:
-    for name, candidate in CORRECT.items():
-        caught = _run_test(fn, candidate)
-        if caught is not None:
-            return (
-                f"check_attention rejects a correct attention ({name}): it said {caught!r}. "
-                "A property test must accept every right answer, however it is written"
-            )
-    missed = [name for name, (bug, _) in BUGS.items() if _run_test(fn, bug) is None]
+    try:
+        for name, candidate in CORRECT.items():
+            caught = _run_test(fn, candidate)
+            if caught is not None:
+                return (
+                    f"check_attention rejects a correct attention ({name}): it said {caught!r}. "
+                    "A property test must accept every right answer, however it is written"
+                )
+        missed = [name for name, (bug, _) in BUGS.items() if _run_test(fn, bug) is None]
+    except _Escaped as escaped:
+        error = escaped.error
+        return (
+            f"check_attention lets the {type(error).__name__} that attention_fn raised escape "
+            f"({str(error)[:200]}); when attention_fn raises, raise an AssertionError naming the "
+            "property being checked"
+        )
     if len(BUGS) - len(missed) < MUST_CATCH:
         return (f"check_attention catches {len(BUGS) - len(missed)} of {len(BUGS)} broken "
                 f"attentions; it lets through: {', '.join(missed[:4])}"
@@ -587,11 +603,26 @@ def _property_test(fn, peak: Peak) -> str | None:
 
 
 def _run_test(test, candidate) -> str | None:
-    """None when ``test(candidate)`` returned; the message of its AssertionError otherwise."""
+    """None when ``test(candidate)`` returned; the message of its AssertionError otherwise.
+    :class:`_Escaped` when it let an exception of the candidate's escape: the same exception,
+    or, from the grader's sandbox, one rebuilt with the same name and message."""
+    guarded, raised = _guarded(candidate), []
+
+    def attention(*args, **kwargs):
+        try:
+            return guarded(*args, **kwargs)
+        except Exception as error:
+            raised.append((type(error).__name__, str(error)[:2000]))
+            raise
+
     try:
-        test(_guarded(candidate))
+        test(attention)
     except AssertionError as error:
         return str(error) or "AssertionError"
+    except Exception as error:
+        if (type(error).__name__, str(error)) in raised:
+            raise _Escaped(error) from None
+        raise
     return None
 
 
