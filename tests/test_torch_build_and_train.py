@@ -360,6 +360,68 @@ def test_causal_self_attention_on_the_meta_device_and_in_float32() -> None:
     assert "d_model=8, n_heads=2, d_head=4, dropout=0.0" in repr(module)
 
 
+class LearnerAttention(nn.Module):
+    """A learner's CausalSelfAttention as the lesson asks for it, with one classic slip at a
+    time (``slip``; none: right)."""
+
+    slip = ""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.n_heads, self.dropout = n_heads, nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, d = x.shape
+        h, hd = self.n_heads, d // self.n_heads
+        qkv = self.qkv(x)  # (B, T, 3d)
+        if self.slip == "per-head split":  # each head's q, k, v side by side
+            q, k, v = qkv.view(B, T, h, 3 * hd).transpose(1, 2).split(hd, dim=-1)
+        else:
+            q, k, v = qkv.split(d, dim=-1)  # (B, T, d) each
+            if self.slip == "q and k swapped":
+                q, k = k, q
+            q, k, v = (z.view(B, T, h, hd).transpose(1, 2) for z in (q, k, v))  # (B, h, T, hd)
+        divisor = {"unscaled": 1.0, "by d_head": hd, "by sqrt(d_model)": math.sqrt(d)}
+        s = q @ k.transpose(-2, -1) / divisor.get(self.slip, math.sqrt(hd))  # (B, h, T, T)
+        if self.slip != "no mask":
+            keep = torch.ones(T, T, dtype=torch.bool, device=x.device)
+            keep = keep.tril(1 if self.slip == "sees the next" else 0)
+            s = s.masked_fill(~keep, float("-inf"))
+        w = self.dropout(torch.softmax(s, dim=-2 if self.slip == "over queries" else -1))
+        y = w @ v  # (B, h, T, hd)
+        if self.slip == "merged by reshape":
+            y = y.reshape(B, T, d)
+        else:
+            y = y.transpose(1, 2).reshape(B, T, d)
+        return self.proj(y)
+
+
+CAUSAL_SLIPS = {
+    "": "correct",
+    "no mask": "there is no causal mask",
+    "sees the next": "see the next one",
+    "unscaled": "scores are not scaled",
+    "by d_head": "scaled by d_head instead of sqrt(d_head)",
+    "by sqrt(d_model)": "scaled by sqrt(d_model) instead of sqrt(d_head)",
+    "over queries": "runs over the queries",
+    "merged by reshape": "merged by reshape without transposing",
+    "q and k swapped": "q and k are swapped",
+    "per-head split": "split per head",
+}
+
+
+@pytest.mark.parametrize("slip", list(CAUSAL_SLIPS))
+def test_each_classic_slip_in_a_learners_module_is_named(slip: str) -> None:
+    from attnlib import checks
+
+    learner = type("CausalSelfAttention", (LearnerAttention,), {"slip": slip})
+    outcome = checks.check("CausalSelfAttention", learner)
+    assert outcome.passed == (slip == ""), outcome.feedback()
+    assert CAUSAL_SLIPS[slip] in outcome.feedback()
+
+
 # ------------------------------------------------------------------------- cached_attention
 
 

@@ -335,17 +335,22 @@ def _causal_state(d: int, seed: int, dtype) -> dict[str, np.ndarray]:
 
 
 def _attend(state: dict, x, h: int, causal: bool = True, scale: str = "sqrt", axis: int = -1,
-            merge: str = "transpose", prefix: str = ""):  # fmt: skip
+            merge: str = "transpose", split: str = "qkv", prefix: str = ""):  # fmt: skip
     """The course's causal self-attention on ``x (B, T, d)`` with the weights ``state``, and the
-    classic ways to get it wrong (``causal``, ``scale``, ``axis``, ``merge``)."""
+    classic ways to get it wrong (``causal``, ``scale``, ``axis``, ``merge``, ``split``)."""
     import torch
 
     t = {k.removeprefix(prefix): torch.as_tensor(v) for k, v in state.items()}
     x = torch.as_tensor(x)
     B, T, d = x.shape
     hd = d // h
-    q, k, v = (x @ t["qkv.weight"].T + t["qkv.bias"]).split(d, dim=-1)  # (B, T, d) each
-    q, k, v = (z.view(B, T, h, hd).transpose(1, 2) for z in (q, k, v))  # (B, h, T, hd)
+    qkv = x @ t["qkv.weight"].T + t["qkv.bias"]  # (B, T, 3d)
+    if split == "per_head":  # each head's q, k and v side by side
+        q, k, v = qkv.view(B, T, h, 3 * hd).transpose(1, 2).split(hd, dim=-1)  # (B, h, T, hd)
+    else:
+        q, k, v = qkv.split(d, dim=-1)  # (B, T, d) each
+        q, k = (k, q) if split == "kqv" else (q, k)
+        q, k, v = (z.view(B, T, h, hd).transpose(1, 2) for z in (q, k, v))  # (B, h, T, hd)
     divisor = {"sqrt": math.sqrt(hd), "d": hd, "none": 1.0, "d_model": math.sqrt(d)}[scale]
     s = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
     if causal:  # True: j <= i; "next": j <= i + 1 (tril with diagonal=1)
@@ -367,6 +372,10 @@ CAUSAL_MISTAKES = (
     ({"axis": -2}, "the softmax runs over the queries (dim=-2), not the keys (dim=-1)"),
     ({"merge": "reshape"}, "the heads are merged by reshape without transposing (B, h, T, "
                            "d_head) back to (B, T, h, d_head) first"),
+    ({"split": "kqv"}, "q and k are swapped: the output features of qkv are q, then k, then v"),
+    ({"split": "per_head"}, "qkv is split per head (each head's q, k and v side by side); its "
+                            "output features are all of q, then all of k, then all of v, and "
+                            "head i takes columns i*d_head:(i+1)*d_head of each"),
 )  # fmt: skip
 
 
