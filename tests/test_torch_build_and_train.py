@@ -422,6 +422,54 @@ def test_each_classic_slip_in_a_learners_module_is_named(slip: str) -> None:
     assert CAUSAL_SLIPS[slip] in outcome.feedback()
 
 
+def lessons_buggy_block() -> type:
+    """The lesson's own BuggyBlock, from its source notebook: the block a learner repairs."""
+    import json
+
+    from course import REPO
+
+    path = REPO / "solutions" / "06-build-and-train" / "06-build-and-train.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    (source,) = ["".join(c["source"]) for c in cells if "class BuggyBlock" in "".join(c["source"])]
+    names = {"math": math, "torch": torch, "nn": nn}
+    exec(source[: source.index("\ntorch.manual_seed")], names)
+    return names["BuggyBlock"]
+
+
+BLOCK_SLIPS = {  # a bug of BuggyBlock left in a learner's RepairedBlock: the verdict's words
+    "": "correct",
+    "scale": "still divided by d_head",
+    "mask": "see the next one",
+    "no mask": "there is no causal mask",
+    "axis": "still runs over the queries",
+    "merge": "still merged by reshape alone",
+}
+
+
+@pytest.mark.parametrize("left", list(BLOCK_SLIPS))
+def test_each_bug_left_in_a_repaired_block_is_named(left: str) -> None:
+    from attnlib import checks
+
+    class RepairedBlock(lessons_buggy_block()):
+        def attention(self, z):
+            B, T, C = z.shape
+            q, k, v = self.attn.qkv(z).split(C, dim=-1)  # (B, T, C) each
+            q, k, v = (t.view(B, T, self.n_heads, self.d_head).transpose(1, 2) for t in (q, k, v))
+            divisor = self.d_head if left == "scale" else math.sqrt(self.d_head)
+            scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
+            if left != "no mask":
+                allowed = torch.ones(T, T, dtype=torch.bool).tril(1 if left == "mask" else 0)
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            weights = torch.softmax(scores, dim=-2 if left == "axis" else -1)
+            y = weights @ v  # (B, h, T, d_head)
+            y = y.reshape(B, T, C) if left == "merge" else y.transpose(1, 2).reshape(B, T, C)
+            return self.attn.proj(y), weights
+
+    outcome = checks.check("RepairedBlock", RepairedBlock)
+    assert outcome.passed == (left == ""), outcome.feedback()
+    assert BLOCK_SLIPS[left] in outcome.feedback()
+
+
 # ------------------------------------------------------------------------- cached_attention
 
 
