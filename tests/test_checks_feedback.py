@@ -749,7 +749,7 @@ def test_queries_and_keys_share_batch_axes_unless_the_lesson_says_they_broadcast
 
 
 @pytest.mark.lesson05
-def test_a_crash_found_by_the_search_names_the_shapes_it_crashed_on():
+def test_a_crash_found_by_the_search_names_the_problem_it_crashed_on():
     def refuses_long_blocks(Q, K, V, block_size, causal=False):  # the fixed probes never try
         if block_size > K.shape[-2]:
             raise ValueError(f"block_size {block_size} exceeds n = {K.shape[-2]}")
@@ -758,8 +758,8 @@ def test_a_crash_found_by_the_search_names_the_shapes_it_crashed_on():
     outcome = checks.check("chunked_attention", refuses_long_blocks)
     assert not outcome.passed
     assert re.search(
-        r"raised ValueError: block_size \d+ exceeds n = \d+ on Q \(.*\), K \(.*\), V \(.*\), "
-        r"block_size=\d+, causal=(True|False)",
+        r"raised ValueError: block_size \d+ exceeds n = \d+ on Q [(\[].*[)\]], K [(\[].*[)\]], "
+        r"V [(\[].*[)\]], block_size=\d+, causal=(True|False)",  # shapes, or a tiny array's values
         outcome.message,
     ), outcome.feedback()
 
@@ -768,6 +768,8 @@ def test_a_crash_found_by_the_search_names_the_shapes_it_crashed_on():
 def test_a_probe_without_a_label_describes_its_arguments():
     probe = _core.Probe((np.zeros((2, 5, 4), np.float32), np.zeros((2, 7, 4))), {"mask": None})
     assert probe.describe(("Q", "K")) == "Q (2, 5, 4) float32, K (2, 7, 4), mask=None"
+    tiny = _core.Probe((np.array([[0.5, -2.0]]), np.zeros((1, 5))))  # 2 numbers, then 5
+    assert tiny.describe(("Q", "K")) == "Q [[ 0.5, -2. ]], K (1, 5)"
     exercise = dataclasses.replace(checks.EXERCISES["attention"], probes=lambda: [probe])
 
     def crashes(Q, K, V=None, mask=None):

@@ -1,5 +1,6 @@
 """The property-based search behind every check: valid problems, real bugs, smallest example."""
 
+import re
 import sys
 
 import numpy as np
@@ -45,6 +46,32 @@ def test_a_bug_the_fixed_probes_miss_is_found_and_shrunk():
     assert "T=9" in outcome.message  # the smallest T that fails
 
 
+def test_a_small_problem_the_search_finds_is_shown_with_its_values():
+    import ast
+
+    from attnlib.numpy import cosine_scores
+
+    def clipped(Q, K, eps=1e-8):  # right, but never quite ±1: only the search meets a ±1
+        return np.clip(cosine_scores(Q, K, eps), -0.999, 0.999)
+
+    outcome = checks.check("cosine_scores", clipped)
+    assert not outcome.passed
+    found = re.search(r" on Q (\[\[.*?\]\]), K (\[\[.*?\]\])", outcome.message)
+    assert found, outcome.feedback()
+    Q, K = (np.array(ast.literal_eval(text)) for text in found.groups())
+    assert Q.size <= 4 and K.size <= 4  # the values of a small problem, not its shape
+    assert not np.allclose(clipped(Q, K), cosine_scores(Q, K)), "they are the failing problem"
+    assert history_key(outcome.message) == history_key(
+        outcome.message.replace(found.group(0), " on Q (5, 4), K (7, 4)")
+    )
+
+
+def history_key(message):
+    from autograder.history import mistake_key
+
+    return mistake_key(message)
+
+
 def test_the_search_is_the_same_every_run():
     def off_when_d_is_one(Q, K):
         S = Q @ np.swapaxes(K, -1, -2)
@@ -53,7 +80,8 @@ def test_the_search_is_the_same_every_run():
     first = checks.check("dot_scores", off_when_d_is_one)
     second = checks.check("dot_scores", off_when_d_is_one)
     assert not first.passed and first == second
-    assert ", 1)" in first.message  # the shrunk example has d_k = 1
+    # the shrunk example has d_k = 1: every row of K holds one number
+    assert re.search(r" K \[(\[[^,\[\]]+\](, )?)+\]", first.message), first.message
 
 
 def _drawn_afresh(name: str) -> list[str]:

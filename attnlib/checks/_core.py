@@ -48,9 +48,13 @@ Arrays = tuple[np.ndarray, ...]
 NOT_WRITTEN = "not written yet: replace `raise NotImplementedError()` with your code"
 
 
+SHOWN = 4  # a NumPy array of at most this many numbers is named by its values, not its shape
+
+
 def arguments(named: Iterable[tuple[str, object]]) -> str:
     """``"Q (2, 5, 4), K (2, 7, 4) float32, T=3"``: arrays by shape (and dtype unless float64
-    or bool), anything else by value."""
+    or bool), anything else by value. A tiny array (the search's smallest problems, often) is
+    written out, ``"Q [[0.5]], K [[-2.0]]"``, so that the learner can make the very call."""
     parts = []
     for name, value in named:
         shape = getattr(value, "shape", None)
@@ -59,8 +63,14 @@ def arguments(named: Iterable[tuple[str, object]]) -> str:
             continue
         dtype = str(getattr(value, "dtype", ""))
         note = f" {dtype}" if dtype.startswith(("float", "bfloat")) and dtype != "float64" else ""
-        parts.append(f"{name} {fmt(shape)}{note}")
+        parts.append(f"{name} {_values_or_shape(value)}{note}")
     return ", ".join(parts)
+
+
+def _values_or_shape(value: object) -> str:
+    if isinstance(value, np.ndarray) and 0 < value.size <= SHOWN and value.dtype.kind in "biuf":
+        return np.array2string(value, precision=6, separator=", ", max_line_width=10**6)
+    return fmt(np.shape(value))
 
 
 @dataclass(frozen=True)
