@@ -52,6 +52,23 @@ def test_additive_scores(seed, m, n, h):
     same(an.additive_scores(*args), at.additive_scores(*t(*args)))
 
 
+def test_no_keys_at_all_gives_empty_weights_and_zero_outputs_in_both_like_sdpa():
+    # n = 0: every query has no key to attend to, the convention's zeros, as PyTorch's SDPA does
+    Q, K, V = np.ones((2, 3, 4)), np.ones((2, 0, 4)), np.ones((2, 0, 5))
+    empty = np.ones((2, 3, 0))  # (B, m, n) scores with no key
+    same(an.softmax(empty), at.softmax(*t(empty)))
+    same(an.masked_softmax(empty), at.masked_softmax(*t(empty)))
+    out, weights = an.attention(Q, K, V)
+    assert out.shape == (2, 3, 5) and weights.shape == (2, 3, 0)
+    np.testing.assert_array_equal(out, 0.0)
+    same((out, weights), at.attention(*t(Q, K, V)))
+    sdpa = torch.nn.functional.scaled_dot_product_attention(*t(Q, K, V))
+    same(out, sdpa)
+    same(an.hard_attention(Q, K, V), at.hard_attention(*t(Q, K, V)))
+    out, weights = an.sampled_hard_attention(Q, K, V, rng=0)
+    assert out.shape == (2, 3, 5) and weights.shape == (2, 3, 0) and not out.any()
+
+
 @FAST
 @given(shapes=qkv_shapes(), seed=SEEDS, masked=st.booleans())
 def test_softmax_and_attention(shapes, seed, masked):

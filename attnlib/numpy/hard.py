@@ -43,8 +43,17 @@ def hard_attention(Q, K, V, mask=None) -> tuple[np.ndarray, np.ndarray]:
     """
     Q, K, V, allowed = _prepare(Q, K, V, mask)
     scores = np.where(allowed, scaled_dot_scores(Q, K), -np.inf)  # (..., m, n)
+    if scores.shape[-1] == 0:  # no keys at all: no query has one to pick
+        return _no_keys(scores, V)
     best = np.argmax(scores, axis=-1)  # (..., m); argmax returns the first on ties
     weights = _one_hot(best, allowed, scores.dtype)  # (..., m, n)
+    return weights @ V, weights
+
+
+def _no_keys(scores: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zero outputs ``(..., m, d_v)`` and empty weights ``(..., m, 0)``: the queries of a
+    problem with no keys, each a query with no allowed key."""
+    weights = np.zeros_like(scores)  # (..., m, 0)
     return weights @ V, weights
 
 
@@ -63,6 +72,8 @@ def sampled_hard_attention(Q, K, V, mask=None, rng=None) -> tuple[np.ndarray, np
     Q, K, V, allowed = _prepare(Q, K, V, mask)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     probs = masked_softmax(scaled_dot_scores(Q, K), allowed)  # (..., m, n)
+    if probs.shape[-1] == 0:
+        return _no_keys(probs, V)
     cdf = np.cumsum(probs, axis=-1)  # (..., m, n)
     u = rng.random(probs.shape[:-1] + (1,)) * cdf[..., -1:]  # (..., m, 1)
     # The first key whose cumulative probability passes u; never a zero-weight key.

@@ -10,7 +10,10 @@ from ._validate import as_float, as_mask
 
 
 def _normalise(x: np.ndarray, axis: int) -> np.ndarray:
-    """Stable softmax along ``axis``; slices that are all ``-inf`` become zeros."""
+    """Stable softmax along ``axis``; slices that are all ``-inf`` become zeros, and an axis of
+    length 0 (no keys at all) gives an empty result, as PyTorch's softmax does."""
+    if x.shape[axis] == 0:
+        return np.zeros_like(x)
     peak = np.max(x, axis=axis, keepdims=True)
     # Subtracting the maximum changes nothing mathematically (it cancels in the
     # ratio) but keeps exp() from overflowing. An all -inf slice has no maximum
