@@ -412,14 +412,19 @@ CAUSAL_SLIPS = {
 }
 
 
-@pytest.mark.parametrize("slip", list(CAUSAL_SLIPS))
-def test_each_classic_slip_in_a_learners_module_is_named(slip: str) -> None:
+def assert_verdict(name: str, learner: type, words: str) -> None:
+    """The checks pass ``learner`` if ``words`` is "correct", else fail it with ``words``."""
     from attnlib import checks
 
+    outcome = checks.check(name, learner)
+    assert outcome.passed == (words == "correct"), outcome.feedback()
+    assert words in outcome.feedback()
+
+
+@pytest.mark.parametrize("slip", list(CAUSAL_SLIPS))
+def test_each_classic_slip_in_a_learners_module_is_named(slip: str) -> None:
     learner = type("CausalSelfAttention", (LearnerAttention,), {"slip": slip})
-    outcome = checks.check("CausalSelfAttention", learner)
-    assert outcome.passed == (slip == ""), outcome.feedback()
-    assert CAUSAL_SLIPS[slip] in outcome.feedback()
+    assert_verdict("CausalSelfAttention", learner, CAUSAL_SLIPS[slip])
 
 
 def lessons_buggy_block() -> type:
@@ -448,8 +453,6 @@ BLOCK_SLIPS = {  # a bug of BuggyBlock left in a learner's RepairedBlock: the ve
 
 @pytest.mark.parametrize("left", list(BLOCK_SLIPS))
 def test_each_bug_left_in_a_repaired_block_is_named(left: str) -> None:
-    from attnlib import checks
-
     class RepairedBlock(lessons_buggy_block()):
         def attention(self, z):
             B, T, C = z.shape
@@ -465,9 +468,7 @@ def test_each_bug_left_in_a_repaired_block_is_named(left: str) -> None:
             y = y.reshape(B, T, C) if left == "merge" else y.transpose(1, 2).reshape(B, T, C)
             return self.attn.proj(y), weights
 
-    outcome = checks.check("RepairedBlock", RepairedBlock)
-    assert outcome.passed == (left == ""), outcome.feedback()
-    assert BLOCK_SLIPS[left] in outcome.feedback()
+    assert_verdict("RepairedBlock", RepairedBlock, BLOCK_SLIPS[left])
 
 
 # ------------------------------------------------------------------------- cached_attention
