@@ -615,13 +615,13 @@ def _run_test(test, candidate) -> str | None:
     """None when ``test(candidate)`` returned; the message of its AssertionError otherwise.
     :class:`_Escaped` when it let an exception of the candidate's escape: the same exception,
     or, from the grader's sandbox, one rebuilt with the same name and message."""
-    guarded, raised = _guarded(candidate), []
+    guarded, raised = _guarded(candidate), set()  # (name, message): each kept once
 
     def attention(*args, **kwargs):
         try:
             return guarded(*args, **kwargs)
         except Exception as error:
-            raised.append((type(error).__name__, str(error)[:2000]))
+            raised.add((type(error).__name__, str(error)[:2000]))
             raise
 
     try:
