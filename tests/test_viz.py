@@ -57,8 +57,10 @@ def test_heatmap_shows_the_weights_labels_annotations_and_row_sums():
         plt.close(ax.figure)
     with pytest.raises(ValueError, match=r"\(m, n\)"):
         viz.attention_heatmap(np.zeros((2, 3, 4)))
-    with pytest.raises(ValueError, match="labels"):
+    with pytest.raises(ValueError, match=r"2 labels for the 3 rows of \(3, 4\)"):
         viz.attention_heatmap(w, ["a", "b"])
+    with pytest.raises(ValueError, match=r"5 labels for the 4 columns of \(3, 4\)"):
+        viz.attention_heatmap(w, None, list("vwxyz"))
 
 
 def test_explorers_draw_outside_pyplot_so_nothing_is_shown_twice():

@@ -39,13 +39,14 @@ def figure_png(fig: Figure, dpi: int = 80) -> bytes:
     return buffer.getvalue()
 
 
-def labels(names: Sequence[str] | None, count: int, prefix: str) -> list[str]:
-    """``names`` as strings, or ``prefix0, prefix1, ...``; the count must match."""
+def labels(names: Sequence[str] | None, count: int, prefix: str, what: str = "") -> list[str]:
+    """``names`` as strings, or ``prefix0, prefix1, ...``; the count must match (``what``:
+    the rows or columns they label, for the error)."""
     if names is None:
         return [f"{prefix}{i}" for i in range(count)]
     names = [str(name) for name in names]
     if len(names) != count:
-        raise ValueError(f"{len(names)} labels for {count} {prefix or 'rows'}")
+        raise ValueError(f"{len(names)} labels for the {count} {what or 'rows'}; give one each")
     return names
 
 
@@ -139,8 +140,8 @@ def matrix(
                 zorder=5,
             )
         )
-    rows = labels(rows, m, "q")
-    cols = labels(cols, n, "k")
+    rows = labels(rows, m, "q", f"rows of {values.shape}")
+    cols = labels(cols, n, "k", f"columns of {values.shape}")
     long = max((len(c) for c in cols), default=0) > 3
     ax.set_xticks(
         range(n),
