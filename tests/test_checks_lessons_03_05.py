@@ -200,6 +200,22 @@ def chunked_causal_strict(Q, K, V, block_size, causal=False):
     return an.attention(Q, K, V, mask)[0]
 
 
+def hard_every_best_key(Q, K, V, mask=None):
+    """Puts weight 1 on every key that ties for the best score."""
+    scores = an.scaled_dot_scores(Q, K)  # (..., m, n)
+    allowed = np.broadcast_to(True if mask is None else mask, scores.shape)
+    scores = np.where(allowed, scores, -np.inf)
+    w = ((scores == scores.max(-1, keepdims=True)) & allowed).astype(float)  # (..., m, n)
+    return w @ V, w
+
+
+def chunked_causal_from_the_end(Q, K, V, block_size, causal=False):
+    """Aligns the causal mask at the last key (j <= i + n - m), as a KV cache does."""
+    m, n = Q.shape[-2], K.shape[-2]
+    mask = np.arange(n) <= np.arange(m)[:, None] + (n - m) if causal else None  # (m, n)
+    return an.attention(Q, K, V, mask)[0]
+
+
 BUGGY = [
     (
         "self_attention",
@@ -256,6 +272,8 @@ BUGGY = [
         "swapped",
     ),
     ("sinusoidal_encoding", sinusoid_by_column, "column 2i+1 shares the frequency of column 2i"),
+    ("sinusoidal_encoding", lambda T, d: an.sinusoidal_encoding(T + 1, d)[1:], "p = 0"),
+    ("hard_attention", hard_every_best_key, "every key tied for the best"),
     (
         "split_heads",
         lambda X, h: X.reshape(X.shape[0], h, X.shape[1], -1),
@@ -290,6 +308,7 @@ BUGGY = [
     ("score_matrix_bytes", lambda b, h, m, n, s: b * h * m * n, "counts elements, not bytes"),
     ("score_matrix_bytes", lambda b, h, m, n, s: b * m * n * s, "forgets the heads"),
     ("score_matrix_bytes", lambda b, h, m, n, s: b * h * m * m * s, "m queries by n keys"),
+    ("score_matrix_bytes", lambda b, h, m, n, s: 8 * b * h * m * n * s, "counts bits"),
     ("score_matrix_bytes", lambda b, h, m, n, s: b * h * n * n * s, "m queries by n keys"),
     ("chunked_attention", no_rescale, "not rescaled"),
     ("chunked_attention", naive_chunked, "materialises the whole score matrix"),
@@ -299,6 +318,7 @@ BUGGY = [
         "causal=True is ignored",
     ),
     ("chunked_attention", chunked_causal_strict, "hides the diagonal"),
+    ("chunked_attention", chunked_causal_from_the_end, "aligned at the last key"),
     ("fit_exponent", lambda ns, t: float(np.polyfit(ns, t, 1)[0]), "raw numbers"),
     (
         "fit_exponent",

@@ -215,6 +215,11 @@ hard_attention = Exercise(
             ),
         ),
         Mistake(
+            "every key tied for the best score gets weight 1; hard attention picks one key, the "
+            "first of them (np.argmax does that)",
+            _hard_variant(lambda s, a: ((s == s.max(-1, keepdims=True)) & a).astype(float)),
+        ),
+        Mistake(
             "a query with no allowed key must get all-zero weights and a zero output",
             _hard_variant(lambda s, a: _one_hot(np.argmax(s, -1), s.shape)),
         ),
@@ -274,6 +279,10 @@ sinusoidal_encoding = Exercise(
             "the cosine columns use their own index in the frequency: column 2i+1 shares the "
             "frequency of column 2i, 1 / 10000^(2i/d_model)",
             _sinusoid_by_column,
+        ),
+        Mistake(
+            "positions start at 1; the first position is p = 0, whose sines are 0 and cosines 1",
+            lambda T, d: _sinusoid(T + 1, d)[1:],
         ),
         Mistake(
             "positions are multiplied by 10000^(2i/d_model); divide by it",

@@ -67,6 +67,10 @@ score_matrix_bytes = Exercise(
             lambda b, h, m, n, s: h * m * n * s,
         ),
         Mistake(
+            "counts bits: itemsize is already in bytes (4 for float32), so do not multiply by 8",
+            lambda b, h, m, n, s: 8 * b * h * m * n * s,
+        ),
+        Mistake(
             "counts m·m scores: the score matrix is (m, n), m queries by n keys",
             lambda b, h, m, n, s: b * h * m * m * s,
         ),
@@ -157,6 +161,12 @@ def chunked_memory(fn, peak: Peak, n: int = 2048, d: int = 16, block_size: int =
     return None
 
 
+def _aligned_at_the_end(Q, K):
+    """Key j <= query i + n - m: the causal mask of queries that are the last m positions."""
+    m, n = np.shape(Q)[-2], np.shape(K)[-2]
+    return np.arange(n) <= np.arange(m)[:, None] + (n - m)  # (m, n)
+
+
 def _strictly_before(Q, K):
     """Key j < query i: the causal mask with its diagonal hidden, ``(m, n)``."""
     return np.arange(np.shape(K)[-2]) < np.arange(np.shape(Q)[-2])[:, None]  # (m, n)
@@ -190,6 +200,13 @@ chunked_attention = Exercise(
             "included",
             lambda Q, K, V, bs, causal=False: ref.attention(
                 Q, K, V, _strictly_before(Q, K) if causal else None
+            )[0],
+        ),
+        Mistake(
+            "the causal mask is aligned at the last key (j <= i + n − m, as for a KV cache); "
+            "here, as in lesson 02 and PyTorch's is_causal, query i may attend to keys j <= i",
+            lambda Q, K, V, bs, causal=False: ref.attention(
+                Q, K, V, _aligned_at_the_end(Q, K) if causal else None
             )[0],
         ),
         Mistake(
