@@ -739,6 +739,33 @@ def test_a_property_test_on_tensors_gets_the_same_verdict_in_the_kernel_and_the_
     assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
 
 
+NO_KEEPDIMS = """
+import numpy as np
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis)  # the summed axis is gone: NumPy cannot broadcast it back
+"""
+
+
+def test_an_error_and_its_hint_read_alike_in_the_kernel_and_the_grader(template):
+    """The learner's exception comes back from the sandbox rebuilt (name and message): the
+    hint read from its message is the one the kernel gives."""
+    from attnlib import checks
+    from autograder.scoring import Proxy, Sandboxed
+
+    kernel: dict = {}
+    exec(NO_KEEPDIMS, kernel)
+    in_kernel = checks.check("softmax", kernel["softmax"])
+    runner, proxy = _proxy(template, [NO_KEEPDIMS], "softmax")
+    try:
+        in_grader = checks.judge("softmax", proxy, Proxy.peak, Sandboxed(runner))
+    finally:
+        runner.close()
+    assert "keepdims=True" in in_kernel.message, in_kernel.message
+    assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
+
+
 LETS_EXCEPTIONS_THROUGH = """
 import numpy as np
 
