@@ -618,6 +618,32 @@ def test_the_projection_hint_fires_only_for_the_widths_of_q_and_k():
     assert "goes through W_q" not in outcome.message
 
 
+@pytest.mark.lesson02
+def test_a_changed_signature_is_told_how_the_checks_call_the_function():
+    def softmax(x):  # no axis parameter
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def padding_mask(lengths):  # no max_len
+        return lengths
+
+    outcome = checks.check("softmax", softmax)
+    assert "unexpected keyword argument 'axis'" in outcome.message, outcome.feedback()
+    assert "the checks call softmax(x, axis=…)" in outcome.message
+    outcome = checks.check("padding_mask", padding_mask)
+    assert "the checks call padding_mask(lengths, max_len)" in outcome.message, outcome.feedback()
+
+    def helper(x):
+        return x
+
+    def softmax_with_a_bad_call(x, axis=-1):
+        return helper(x, axis)  # a TypeError of the learner's own helper, not of the signature
+
+    outcome = checks.check("softmax", softmax_with_a_bad_call)
+    assert "helper() takes 1 positional argument" in outcome.message, outcome.feedback()
+    assert "the checks call" not in outcome.message
+
+
 # --- 5: tolerances per dtype ---------------------------------------------------------------
 
 FLOAT_EXERCISES = [

@@ -542,7 +542,22 @@ def _hint(exercise: Exercise, error: Exception, probe: Probe) -> str:
         text = hint(error, probe)
         if text:
             return text
-    return ""
+    return _signature(exercise, error, probe)
+
+
+def _signature(exercise: Exercise, error: Exception, probe: Probe) -> str:
+    """A TypeError about the call of the learner's function itself (a parameter renamed, left
+    out or added): how the checks call it."""
+    own_call = rf"(?:[\w.<>]*\.)?{re.escape(exercise.name)}\(\) "  # "softmax() got …", in 3.11
+    if type(error).__name__ != "TypeError" or not re.match(own_call, str(error)):
+        return ""
+    names = exercise.parameters
+    call = [names[i] if i < len(names) else f"argument {i + 1}" for i in range(len(probe.args))]
+    call += [f"{key}=…" for key in probe.kwargs]
+    return (
+        f"; the checks call {exercise.name}({', '.join(call)}): keep the name and the "
+        "parameters the exercise gives"
+    )
 
 
 BROADCAST_SHAPES = re.compile(r"could not be broadcast together with shapes((?: \([\d,]*\))+)")
