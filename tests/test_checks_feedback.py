@@ -619,6 +619,23 @@ def test_the_projection_hint_fires_only_for_the_widths_of_q_and_k():
 
 
 @pytest.mark.lesson02
+def test_a_function_without_a_return_is_told_it_returns_nothing():
+    def softmax(x, axis=-1):
+        e = np.exp(x - x.max(axis, keepdims=True))
+        e / e.sum(axis, keepdims=True)  # computed, never returned
+
+    def attention(Q, K, V, mask=None):
+        an.attention(Q, K, V, mask)
+
+    outcome = checks.check("softmax", softmax)
+    assert "returns None: end it with `return`" in outcome.message, outcome.feedback()
+    outcome = checks.check("attention", attention)
+    assert "returns None: end it with `return output, weights`" in outcome.message, (
+        outcome.feedback()
+    )
+
+
+@pytest.mark.lesson02
 def test_a_changed_signature_is_told_how_the_checks_call_the_function():
     def softmax(x):  # no axis parameter
         e = np.exp(x - x.max(-1, keepdims=True))

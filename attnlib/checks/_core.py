@@ -258,6 +258,9 @@ def _torch():
 
 def unpack(result: object, outputs: Sequence[str], dtype: type | None = None) -> Arrays:
     """Split a function's return value into its named outputs, as plain arrays."""
+    if result is None:  # the commonest slip of all: the value is computed, never returned
+        ending = f"`return {', '.join(outputs)}`" if len(outputs) > 1 else "`return` and its result"
+        raise CheckFailed(f"returns None: end it with {ending}")
     if len(outputs) == 1:
         return (plain(result, outputs[0], dtype),)
     if not isinstance(result, tuple | list) or len(result) != len(outputs):
