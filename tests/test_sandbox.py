@@ -739,30 +739,46 @@ def test_a_property_test_on_tensors_gets_the_same_verdict_in_the_kernel_and_the_
     assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
 
 
-NO_KEEPDIMS = """
-import numpy as np
+SLIPS = {  # a learner's softmax with a slip, and what its verdict says
+    "a sum without keepdims": (
+        "def softmax(x, axis=-1):\n"
+        "    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
+        "    return e / e.sum(axis=axis)\n",
+        "keepdims=True",
+    ),
+    "no return": (
+        "def softmax(x, axis=-1):\n"
+        "    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
+        "    e / e.sum(axis=axis, keepdims=True)\n",
+        "returns None: end it with `return`",
+    ),
+    "no axis parameter": (
+        "def softmax(x):\n"
+        "    e = np.exp(x - np.max(x, axis=-1, keepdims=True))\n"
+        "    return e / e.sum(axis=-1, keepdims=True)\n",
+        "the checks call softmax(x, axis=…)",
+    ),
+}
 
-def softmax(x, axis=-1):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / e.sum(axis=axis)  # the summed axis is gone: NumPy cannot broadcast it back
-"""
 
-
-def test_an_error_and_its_hint_read_alike_in_the_kernel_and_the_grader(template):
-    """The learner's exception comes back from the sandbox rebuilt (name and message): the
-    hint read from its message is the one the kernel gives."""
+@pytest.mark.parametrize("slip", list(SLIPS))
+def test_an_error_and_its_hint_read_alike_in_the_kernel_and_the_grader(template, slip):
+    """The learner's exception comes back from the sandbox rebuilt (name and message), their
+    result decoded: the verdict and its hint read from them are the kernel's."""
     from attnlib import checks
     from autograder.scoring import Proxy, Sandboxed
 
+    source, words = SLIPS[slip]
+    source = "import numpy as np\n\n" + source
     kernel: dict = {}
-    exec(NO_KEEPDIMS, kernel)
+    exec(source, kernel)
     in_kernel = checks.check("softmax", kernel["softmax"])
-    runner, proxy = _proxy(template, [NO_KEEPDIMS], "softmax")
+    runner, proxy = _proxy(template, [source], "softmax")
     try:
         in_grader = checks.judge("softmax", proxy, Proxy.peak, Sandboxed(runner))
     finally:
         runner.close()
-    assert "keepdims=True" in in_kernel.message, in_kernel.message
+    assert words in in_kernel.message, in_kernel.message
     assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
 
 
