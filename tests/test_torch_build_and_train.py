@@ -427,6 +427,16 @@ def test_each_classic_slip_in_a_learners_module_is_named(slip: str) -> None:
     assert_verdict("CausalSelfAttention", learner, CAUSAL_SLIPS[slip])
 
 
+def test_a_module_whose_constructor_lost_a_parameter_is_told_how_the_checks_build_it():
+    class NoDropout(at.CausalSelfAttention):
+        def __init__(self, d_model, n_heads):  # the contract's dropout=0.0 left out
+            super().__init__(d_model, n_heads)
+
+    assert_verdict("CausalSelfAttention", NoDropout, "takes 3 positional arguments but 4")
+    words = "the checks build CausalSelfAttention(d_model, n_heads, dropout), dropout also left"
+    assert_verdict("CausalSelfAttention", NoDropout, words)
+
+
 def lessons_buggy_block() -> type:
     """The lesson's own BuggyBlock, from its source notebook: the block a learner repairs."""
     import json

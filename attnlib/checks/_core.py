@@ -161,7 +161,8 @@ class Exercise:
     function itself and a ``peak`` meter (a memory probe, say) and run once all probes
     pass. ``tolerance`` overrides the by-dtype table (:mod:`.tolerance`) for results that
     must be exact whatever their dtype (counts); ``hints`` name the likely cause of an
-    exception where the probe makes one plain.
+    exception where the probe makes one plain. ``builds`` is how the checks construct a class
+    (``"CausalSelfAttention(d_model, n_heads, dropout)"``), for a constructor that refuses it.
     """
 
     name: str
@@ -178,6 +179,7 @@ class Exercise:
     hints: tuple[Hint, ...] = ()
     depends: tuple[str, ...] = ()  # earlier exercises of the lesson a solution may call
     flatten: Callable[[object], object] | None = None  # nested results → one item per output
+    builds: str = ""
 
     def flat(self, result: object) -> object:
         """``result`` with one item per name of ``outputs`` (``(out, (K, V))`` → 3 items)."""
@@ -686,10 +688,22 @@ def _extras(exercise: Exercise, fn: Callable[..., object], peak: Peak) -> str | 
             raise
         except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
             unwritten = isinstance(error, NotImplementedError) and not str(error)
-            message = NOT_WRITTEN if unwritten else f"raised {type(error).__name__}: {error}"
+            message = (
+                NOT_WRITTEN
+                if unwritten
+                else f"raised {type(error).__name__}: {error}{_constructor(exercise, error)}"
+            )
         if message:
             return message
     return None
+
+
+def _constructor(exercise: Exercise, error: Exception) -> str:
+    """A TypeError of the learner's class's ``__init__``: how the checks build it."""
+    if exercise.builds and type(error).__name__ == "TypeError":
+        if re.match(r"(?:[\w.<>]*\.)?__init__\(\) ", str(error)):
+            return f"; the checks build {exercise.builds}: keep the parameters the exercise gives"
+    return ""
 
 
 def _outcome(exercise: Exercise, failure: Failure) -> Outcome:

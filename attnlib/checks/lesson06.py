@@ -482,6 +482,7 @@ CausalSelfAttention = Exercise(
     reference=lambda *args: None,
     probes=lambda: [],
     extra=(_causal_module,),
+    builds="CausalSelfAttention(d_model, n_heads, dropout), dropout also left out",
 )
 
 
@@ -557,6 +558,7 @@ RepairedBlock = Exercise(
     reference=lambda *args: None,
     probes=lambda: [],
     extra=(_repaired_block,),
+    builds="RepairedBlock(d_model, n_heads)",
 )
 
 
