@@ -455,6 +455,22 @@ def lets_exceptions_through(attention_fn):
     assert np.shape(out) == (2, 3, 4), "returns (output, weights): wrong shape"
 
 
+def calls_with_a_mask_of_the_wrong_shape(attention_fn):
+    """Calls every attention, a correct one too, with inputs any attention refuses."""
+    Q = np.ones((3, 4))  # (m, d_k) = (n, d_k)
+    attention_fn(Q, Q, Q, np.ones((2, 2), dtype=bool))  # a (2, 2) mask for (3, 3) scores
+
+
+@pytest.mark.lesson06
+def test_a_property_test_that_calls_a_correct_attention_wrongly_is_told_so():
+    outcome = checks.check("check_attention", calls_with_a_mask_of_the_wrong_shape)
+    assert not outcome.passed
+    assert "calls a correct attention (reference) with inputs it refuses" in outcome.message, (
+        outcome.feedback()
+    )
+    assert "cannot broadcast" in outcome.message
+
+
 @pytest.mark.lesson06
 def test_a_property_test_that_lets_the_tested_functions_exception_escape_is_told_so():
     outcome = checks.check("check_attention", lets_exceptions_through)

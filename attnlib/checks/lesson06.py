@@ -590,14 +590,21 @@ class _Escaped(Exception):
 
 
 def _property_test(fn, peak: Peak) -> str | None:
-    try:
-        for name, candidate in CORRECT.items():
+    for name, candidate in CORRECT.items():
+        try:
             caught = _run_test(fn, candidate)
-            if caught is not None:
-                return (
-                    f"check_attention rejects a correct attention ({name}): it said {caught!r}. "
-                    "A property test must accept every right answer, however it is written"
-                )
+        except _Escaped as escaped:  # a right attention refused the inputs: the test's fault
+            error = escaped.error
+            return (
+                f"check_attention calls a correct attention ({name}) with inputs it refuses: "
+                f"{type(error).__name__}: {str(error)[:200]}"
+            )
+        if caught is not None:
+            return (
+                f"check_attention rejects a correct attention ({name}): it said {caught!r}. "
+                "A property test must accept every right answer, however it is written"
+            )
+    try:
         missed = [name for name, (bug, _) in BUGS.items() if _run_test(fn, bug) is None]
     except _Escaped as escaped:
         error = escaped.error
