@@ -553,8 +553,7 @@ def _hint(exercise: Exercise, error: Exception, probe: Probe) -> str:
 def _signature(exercise: Exercise, error: Exception, probe: Probe) -> str:
     """A TypeError about the call of the learner's function itself (a parameter renamed, left
     out or added): how the checks call it."""
-    own_call = rf"(?:[\w.<>]*\.)?{re.escape(exercise.name)}\(\) "  # "softmax() got …", in 3.11
-    if type(error).__name__ != "TypeError" or not re.match(own_call, str(error)):
+    if not _refused_call(error, exercise.name):
         return ""
     names = exercise.parameters
     call = [names[i] if i < len(names) else f"argument {i + 1}" for i in range(len(probe.args))]
@@ -563,6 +562,13 @@ def _signature(exercise: Exercise, error: Exception, probe: Probe) -> str:
         f"; the checks call {exercise.name}({', '.join(call)}): keep the name and the "
         "parameters the exercise gives"
     )
+
+
+def _refused_call(error: Exception, callee: str) -> bool:
+    """A TypeError about the call of ``callee`` itself: ``"softmax() got an unexpected …"``,
+    ``"Block.__init__() takes 3 positional …"`` (Python 3.11 names it by its qualified name)."""
+    own_call = rf"(?:[\w.<>]*\.)?{re.escape(callee)}\(\) "
+    return type(error).__name__ == "TypeError" and re.match(own_call, str(error)) is not None
 
 
 BROADCAST_SHAPES = re.compile(r"could not be broadcast together with shapes((?: \([\d,]*\))+)")
@@ -700,9 +706,8 @@ def _extras(exercise: Exercise, fn: Callable[..., object], peak: Peak) -> str | 
 
 def _constructor(exercise: Exercise, error: Exception) -> str:
     """A TypeError of the learner's class's ``__init__``: how the checks build it."""
-    if exercise.builds and type(error).__name__ == "TypeError":
-        if re.match(r"(?:[\w.<>]*\.)?__init__\(\) ", str(error)):
-            return f"; the checks build {exercise.builds}: keep the parameters the exercise gives"
+    if exercise.builds and _refused_call(error, "__init__"):
+        return f"; the checks build {exercise.builds}: keep the parameters the exercise gives"
     return ""
 
 
