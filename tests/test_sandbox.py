@@ -765,21 +765,26 @@ SLIPS = {  # a learner's softmax with a slip, and what its verdict says
 def test_an_error_and_its_hint_read_alike_in_the_kernel_and_the_grader(template, slip):
     """The learner's exception comes back from the sandbox rebuilt (name and message), their
     result decoded: the verdict and its hint read from them are the kernel's."""
+    source, words = SLIPS[slip]
+    in_kernel, in_grader = kernel_and_grader(template, "import numpy as np\n\n" + source, "softmax")
+    assert words in in_kernel.message, in_kernel.message
+    assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
+
+
+def kernel_and_grader(template, source: str, name: str):
+    """The verdicts on the function ``name`` that ``source`` defines: in a kernel (here), and
+    from the grader, run in a sandbox."""
     from attnlib import checks
     from autograder.scoring import Proxy, Sandboxed
 
-    source, words = SLIPS[slip]
-    source = "import numpy as np\n\n" + source
     kernel: dict = {}
     exec(source, kernel)
-    in_kernel = checks.check("softmax", kernel["softmax"])
-    runner, proxy = _proxy(template, [source], "softmax")
+    in_kernel = checks.check(name, kernel[name])
+    runner, proxy = _proxy(template, [source], name)
     try:
-        in_grader = checks.judge("softmax", proxy, Proxy.peak, Sandboxed(runner))
+        return in_kernel, checks.judge(name, proxy, Proxy.peak, Sandboxed(runner))
     finally:
         runner.close()
-    assert words in in_kernel.message, in_kernel.message
-    assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
 
 
 LETS_EXCEPTIONS_THROUGH = """
@@ -797,16 +802,6 @@ def test_an_exception_a_property_test_lets_escape_is_named_alike_in_the_kernel_a
 ):
     """The broken attention's exception crosses the sandbox twice (into the learner's test, and
     out of it, rebuilt); the grader still tells it from one of the test's own."""
-    from attnlib import checks
-    from autograder.scoring import Proxy, Sandboxed
-
-    kernel: dict = {}
-    exec(LETS_EXCEPTIONS_THROUGH, kernel)
-    in_kernel = checks.check("check_attention", kernel["check_attention"])
-    runner, proxy = _proxy(template, [LETS_EXCEPTIONS_THROUGH], "check_attention")
-    try:
-        in_grader = checks.judge("check_attention", proxy, Proxy.peak, Sandboxed(runner))
-    finally:
-        runner.close()
+    in_kernel, in_grader = kernel_and_grader(template, LETS_EXCEPTIONS_THROUGH, "check_attention")
     assert "lets the ValueError that attention_fn raised escape" in in_kernel.message
     assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)

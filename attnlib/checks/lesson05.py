@@ -161,6 +161,13 @@ def chunked_memory(fn, peak: Peak, n: int = 2048, d: int = 16, block_size: int =
     return None
 
 
+def _causal_by(mask_of):
+    """Chunked attention's result with ``mask_of(Q, K)`` for its causal mask."""
+    return lambda Q, K, V, bs, causal=False: ref.attention(
+        Q, K, V, mask_of(Q, K) if causal else None
+    )[0]
+
+
 def _aligned_at_the_end(Q, K):
     """Key j <= query i + n - m: the causal mask of queries that are the last m positions."""
     m, n = np.shape(Q)[-2], np.shape(K)[-2]
@@ -193,21 +200,17 @@ chunked_attention = Exercise(
         ),
         Mistake(
             "causal=True is ignored: query i may only attend to keys j <= i",
-            lambda Q, K, V, bs, causal=False: ref.attention(Q, K, V)[0],
+            _causal_by(lambda Q, K: None),
         ),
         Mistake(
             "the causal mask hides the diagonal: query i may attend to keys j <= i, itself "
             "included",
-            lambda Q, K, V, bs, causal=False: ref.attention(
-                Q, K, V, _strictly_before(Q, K) if causal else None
-            )[0],
+            _causal_by(_strictly_before),
         ),
         Mistake(
             "the causal mask is aligned at the last key (j <= i + n − m, as for a KV cache); "
             "here, as in lesson 02 and PyTorch's is_causal, query i may attend to keys j <= i",
-            lambda Q, K, V, bs, causal=False: ref.attention(
-                Q, K, V, _aligned_at_the_end(Q, K) if causal else None
-            )[0],
+            _causal_by(_aligned_at_the_end),
         ),
         Mistake(
             "scores are not scaled: divide Q Kᵀ by sqrt(d_k) as in attention",
