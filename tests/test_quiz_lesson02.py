@@ -76,6 +76,10 @@ def test_q1_rejects_wrong_shapes(answer):
         [np.int64(0), np.int64(1), np.int64(2)],
         [True, True, True, False],  # the mask row itself
         np.array([True, True, True, False]),
+        "0, 1, 2",  # typed as text
+        "0 1 2",
+        "[0 1 2]",  # as NumPy prints it
+        "{0, 1, 2}",
     ],
 )
 def test_q2_accepts_the_allowed_keys(answer):
@@ -94,6 +98,10 @@ def test_q2_accepts_the_allowed_keys(answer):
         [True, True, True],
         [0.0, 1.0, 2.0],
         2,
+        "0, 1",
+        "0.0, 1.0, 2.0",
+        "0-2",  # a range is not the keys
+        "0, 1, 2, x",
     ],
 )
 def test_q2_rejects_the_classic_mask_mistakes(answer):
@@ -137,8 +145,9 @@ def test_q4_answer_is_computed_from_the_options():
 
 @pytest.mark.parametrize(
     "answer",
-    [[0, 0, 0, 0], (0.0, 0.0, 0.0, 0.0), np.zeros(4), [0, 0.0, np.float32(0), -0.0]],
-)
+    [[0, 0, 0, 0], (0.0, 0.0, 0.0, 0.0), np.zeros(4), [0, 0.0, np.float32(0), -0.0],
+     "0, 0, 0, 0", "[0. 0. 0. 0.]"],
+)  # fmt: skip
 def test_q5_accepts_zeros(answer):
     assert q("q5").accepts(answer)
 
@@ -153,6 +162,8 @@ def test_q5_accepts_zeros(answer):
         [False, False, False, False],  # bools are not weights
         0,
         "zeros",
+        "0.25, 0.25, 0.25, 0.25",
+        "nan, nan, nan, nan",
     ],
 )
 def test_q5_rejects_uniform_nan_and_other_rows(answer):

@@ -57,7 +57,10 @@ def as_number(value: object, text: bool = False) -> float | None:
 
 
 def items(value: object) -> list | None:
-    """The elements of a list, tuple, set or 1-D array; None for anything else."""
+    """The elements of a list, tuple, set or 1-D array, or of numbers typed as text (``"0, 1,
+    2"``, ``"[0 1 2]"`` as NumPy prints it: whole numbers as ints); None for anything else."""
+    if isinstance(value, str):
+        return _typed_numbers(value)
     if isinstance(value, np.ndarray):
         return value.tolist() if value.ndim == 1 else None
     if isinstance(value, list | tuple | set | frozenset):
@@ -65,9 +68,21 @@ def items(value: object) -> list | None:
     return None
 
 
+def _typed_numbers(text: str) -> list | None:
+    """``"0, 1, 2"``, ``"0 1 2"``, ``"[0. 0.5]"`` or ``"{0, 1}"`` as its numbers; None unless it
+    is only numbers between separators (``"0-2"`` is a range, not two numbers)."""
+    inner = text.strip().removeprefix("[").removesuffix("]").strip()
+    inner = inner.removeprefix("(").removesuffix(")").removeprefix("{").removesuffix("}").strip()
+    parts = re.split(r"[\s,;]+", inner) if inner else []
+    if not parts or not all(re.fullmatch(NUMBER, part) for part in parts):
+        return None
+    return [int(part) if re.fullmatch(r"[+-]?\d+", part) else float(part) for part in parts]
+
+
 def as_shape(value: object) -> tuple[int, ...] | None:
     """A shape from a tuple, list, 1-D array or ``torch.Size`` of whole numbers, or ``"(5, 7)"``."""
     if isinstance(value, str):
+        value = re.sub(r"(?<=\d)\s+by\s+(?=\d)", "x", value)  # "5 by 7"
         if not re.fullmatch(r"[\s\d,x×*()\[\]]+", value):
             return None
         return tuple(int(n) for n in re.findall(r"\d+", value))
