@@ -15,11 +15,11 @@ E = math.e
 RIGHT = {
     "q1": [(5, 7), [5, 7], np.array([5, 7]), (np.int64(5), np.int64(7)), (5.0, 7.0), "(5, 7)",
            "5x7", "5 × 7", "5 by 7"],
-    "q2": [64, 64.0, np.float32(64), np.int64(64), np.array(64.0), np.array([64.0]), 8**2],
+    "q2": [64, 64.0, np.float32(64), np.int64(64), np.array(64.0), np.array([64.0]), 8**2, "64"],
     "q3": ["d", "D", "(d)", "d)", " d ", "cosine", "Cosine similarity", "cosine_scores", ["d"],
            {"d"}, ("D",)],
     "q4": [1 / (2 * E + 1), np.float32(1 / (2 * E + 1)), np.float64(0.1553624),
-           np.array(1 / (2 * E + 1)), round(1 / (2 * E + 1), 7)],
+           np.array(1 / (2 * E + 1)), round(1 / (2 * E + 1), 7), "0.1553624"],
     "q5": ["b", "B", "(b)", "b)", "one-hot", "argmax", ["b"], {"B"}],
 }  # fmt: skip
 

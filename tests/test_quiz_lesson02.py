@@ -111,13 +111,13 @@ def test_q2_rejects_the_classic_mask_mistakes(answer):
 # --- q3: the axis ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("answer", [-1, 3, np.int64(-1), np.int32(3), 3.0, -1.0])
+@pytest.mark.parametrize("answer", [-1, 3, np.int64(-1), np.int32(3), 3.0, -1.0, "-1", " 3 "])
 def test_q3_accepts_the_key_axis(answer):
     assert q("q3").accepts(answer)
 
 
 @pytest.mark.parametrize(
-    "answer", [-2, 2, 0, 1, -3, -4, 4, True, 2.5, math.inf, -math.inf, "-1", [-1]]
+    "answer", [-2, 2, 0, 1, -3, -4, 4, True, 2.5, math.inf, -math.inf, "-2", "last", [-1]]
 )
 def test_q3_rejects_other_axes(answer):
     assert not q("q3").accepts(answer)

@@ -32,14 +32,10 @@ def as_int(value: object) -> int | None:
     return None
 
 
-def as_number(value: object, text: bool = False) -> float | None:
-    """A finite float from a real number, a NumPy scalar, or a one-element array or tensor.
-
-    With ``text=True`` a string holding just a number (``"1,048,576"``, ``"0.5"``) counts too.
-    """
+def as_number(value: object) -> float | None:
+    """A finite float from a real number, a NumPy scalar, a one-element array or tensor, or a
+    string holding just a number (``"1,048,576"``, ``"0.5"``): a number typed as text counts."""
     if isinstance(value, str):
-        if not text:
-            return None
         cleaned = re.sub(r"[\s,_]", "", value)
         return float(cleaned) if re.fullmatch(NUMBER, cleaned) else None
     if value is None or isinstance(value, bool | np.bool_ | bytes):

@@ -37,7 +37,7 @@ def _q1(answer: object) -> bool:
     width = Q1_HEADS * d_head
     shapes = [(Q1_D_MODEL, width)] * 3 + [(width, Q1_D_MODEL)]
     expected = sum(math.prod(s) for s in shapes)
-    value = as_number(answer, text=True)
+    value = as_number(answer)
     return value is not None and value == expected
 
 
@@ -59,7 +59,7 @@ Q3_D_MODEL, Q3_HEADS = 512, 8
 def _q3(answer: object) -> bool:
     # Each head's scores are dot products of d_head-long vectors: divide by sqrt(d_head).
     expected = Q3_D_MODEL // Q3_HEADS
-    value = as_number(answer, text=True)
+    value = as_number(answer)
     return value is not None and math.isclose(value, expected, rel_tol=1e-9)
 
 

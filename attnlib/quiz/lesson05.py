@@ -112,7 +112,7 @@ Q4_TIMES = (0.002, 0.0035, 0.011, 0.041, 0.17)  # seconds
 
 def _q4(answer: object) -> bool:
     expected = an.fit_exponent(Q4_NS, Q4_TIMES)
-    value = as_number(answer, text=True)
+    value = as_number(answer)
     return value is not None and abs(value - expected) <= 0.01  # two decimals are enough
 
 

@@ -149,7 +149,7 @@ def _q5_expected(n: dict) -> int:
 
 @_safe
 def _q5(answer: object, n: dict) -> bool:
-    value = as_number(answer, text=True)
+    value = as_number(answer)
     return value is not None and value == _q5_expected(n)
 
 
@@ -163,7 +163,7 @@ def _q6_expected(n: dict) -> int:
 
 @_safe
 def _q6(answer: object, n: dict) -> bool:
-    value = as_number(answer, text=True)
+    value = as_number(answer)
     return value is not None and math.isclose(value, _q6_expected(n), rel_tol=1e-3)
 
 
