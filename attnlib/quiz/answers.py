@@ -1,7 +1,8 @@
 """Reading a learner's answer: numbers, shapes, option letters, yes or no.
 
 Mastery questions accept every reasonable way of writing a right answer — ``(5, 7)``,
-``[5, 7]``, ``np.array([5, 7])``, ``torch.Size([5, 7])`` or ``"5x7"`` for a shape; ``"b"``,
+``[5, 7]``, ``np.array([5, 7])``, ``torch.Size([5, 7])``, ``"5x7"`` or ``"5 by 7"`` for a shape;
+``64`` or ``"64"`` for a number; ``[0, 1, 2]`` or ``"0, 1, 2"`` for a few numbers; ``"b"``,
 ``"B"`` or ``"(b)"`` for an option — and these functions turn each into one plain value, or
 ``None`` when the answer is not of that kind (so a checker never raises on a strange answer).
 """
