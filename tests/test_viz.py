@@ -63,6 +63,39 @@ def test_heatmap_shows_the_weights_labels_annotations_and_row_sums():
         viz.attention_heatmap(w, None, list("vwxyz"))
 
 
+BAD_ARGUMENTS = [  # an explorer, an argument a learner may pass it, the start of the error
+    (viz.MaskToggle, {"placement": "middle"},
+     "placement='middle' is not one of the choices: 'before', 'after'"),
+    (viz.StepThrough, {"query": 99}, "query=99 is not one of the choices: 0, 1, 2"),
+    (viz.StepThrough, {"d_k": 0}, "d_k must be a positive integer, got 0"),
+    (viz.TemperatureExplorer, {"temperature": -1}, "temperature=-1 is outside [0.1, 31.6]"),
+    (viz.TemperatureExplorer, {"d_k": 3}, "d_k=3 is not one of the choices: 2, 4, 8"),
+    (viz.TemperatureExplorer, {"n_keys": 0}, "n_keys must be a positive integer, got 0"),
+    (viz.ComplexityExplorer, {"dtype": "int8"}, "dtype='int8' is not one of the choices"),
+    (viz.ComplexityExplorer, {"n": -5}, "n=-5 is not one of the choices: 64, 128"),
+    (viz.ComplexityExplorer, {"d_head": 0}, "d_head must be a positive integer, got 0"),
+    (lambda **kw: viz.HeadExplorer(np.full((1, 2, 3, 3), 1 / 3), **kw), {"head": 5},
+     "head=5 is not one of the choices: 0, 1"),
+    (lambda **kw: viz.InsideExplorer(np.full((2, 1, 2, 3, 3), 1 / 3), **kw), {"layer": 2},
+     "layer=2 is not one of the choices: 0, 1"),
+    (lambda **kw: viz.InsideExplorer(np.full((2, 3, 2, 3, 3), 1 / 3), **kw), {"example": 3},
+     "example=3 is outside [0, 2]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("widgets", [True, False], ids=["ipywidgets", "stand-ins"])
+@pytest.mark.parametrize(("explorer", "kwargs", "words"), BAD_ARGUMENTS)
+def test_an_argument_an_explorer_cannot_show_is_named_with_what_it_can(
+    explorer, kwargs, words, widgets, monkeypatch
+):
+    from attnlib.viz import _controls
+
+    if not widgets:
+        monkeypatch.setattr(_controls, "_ipw", None)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        explorer(**kwargs)
+
+
 def test_explorers_draw_outside_pyplot_so_nothing_is_shown_twice():
     import matplotlib.pyplot as plt
 

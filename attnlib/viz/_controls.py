@@ -137,6 +137,28 @@ class _Output(_Control):
     """Stands in for Image and HTML: just holds a value."""
 
 
+def _choice_checked(kwargs: dict) -> dict:
+    """``kwargs`` without ``name`` (the explorer's parameter the control shows, for errors; its
+    description by default), once ``value`` is one of ``options``."""
+    name = kwargs.pop("name", None) or kwargs.get("description", "value")
+    values = [v for _, v in _pairs(kwargs.get("options", ()))]
+    value = kwargs.get("value")
+    if value is not None and value not in values:
+        raise ValueError(
+            f"{name}={value!r} is not one of the choices: {', '.join(map(repr, values))}"
+        )
+    return kwargs
+
+
+def _range_checked(kwargs: dict, low: float, high: float) -> dict:
+    """``kwargs`` without ``name``, once ``value`` lies in ``[low, high]``."""
+    name = kwargs.pop("name", None) or kwargs.get("description", "value")
+    value = kwargs.get("value")
+    if value is not None and not low <= value <= high:
+        raise ValueError(f"{name}={value!r} is outside [{low:.3g}, {high:.3g}]")
+    return kwargs
+
+
 def _strip(kwargs: dict) -> dict:
     for key in ("icon", "button_style", "style_", "indent"):
         kwargs.pop(key, None)
@@ -168,6 +190,7 @@ def _fit_dropdown(control) -> None:
 
 def dropdown(**kwargs):
     """A Dropdown as wide as its description and longest label (it never shrinks in a row)."""
+    kwargs = _choice_checked(kwargs)
     if _ipw is not None:
         control = _ipw.Dropdown(
             style={"description_width": "initial"},  # the description takes its own width
@@ -181,6 +204,7 @@ def dropdown(**kwargs):
 
 
 def selection_slider(**kwargs):
+    kwargs = _choice_checked(kwargs)
     if _ipw is not None:
         return _ipw.SelectionSlider(**kwargs)
     kwargs.pop("continuous_update", None)
@@ -188,12 +212,15 @@ def selection_slider(**kwargs):
 
 
 def int_slider(**kwargs):
+    kwargs = _range_checked(kwargs, kwargs.get("min", 0), kwargs.get("max", 100))
     if _ipw is not None:
         return _ipw.IntSlider(**kwargs)
     return _Range(**kwargs)
 
 
 def log_slider(**kwargs):
+    base = kwargs.get("base", 10.0)
+    kwargs = _range_checked(kwargs, base ** kwargs.get("min", 0.0), base ** kwargs.get("max", 4.0))
     if _ipw is not None:
         return _ipw.FloatLogSlider(**kwargs)
     return _LogRange(**kwargs)

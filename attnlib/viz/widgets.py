@@ -32,6 +32,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from .. import numpy as an
+from .._shapes import check_positive_int
 from . import _controls
 from .figures import HIGHLIGHT, WEIGHTS_CMAP, figure_png, matrix, new_figure
 
@@ -252,6 +253,7 @@ class MaskToggle(Explorer):
             ],
             value=placement,
             description="where",
+            name="placement",
         )
         self._start([self.causal, self.placement])
 
@@ -482,6 +484,8 @@ class StepThrough(Explorer):
 
     def __init__(self, tokens=None, *, d_model=8, d_k=4, d_v=4, causal=True, query=None, seed=0):
         super().__init__()
+        for name, size in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
+            check_positive_int(name, size)
         self.tokens = _story_tokens(tokens)
         T = len(self.tokens)
         rng = np.random.default_rng(seed)
@@ -662,6 +666,7 @@ class TemperatureExplorer(Explorer):
 
     def __init__(self, *, d_k=256, scaled=False, temperature=1.0, n_keys=16, seed=0):
         super().__init__()
+        check_positive_int("n_keys", n_keys)
         rng = np.random.default_rng(seed)
         self._q = rng.standard_normal(max(self.WIDTHS))  # the first d_k components are used
         self._K = rng.standard_normal((n_keys, max(self.WIDTHS)))
@@ -673,7 +678,7 @@ class TemperatureExplorer(Explorer):
         )
         self.temperature = _controls.log_slider(
             value=temperature, base=10, min=-1, max=1.5, step=0.05, description="τ",
-            continuous_update=False,
+            name="temperature", continuous_update=False,
         )  # fmt: skip
         self._start([self.d_k, self.scaled, self.temperature])
 
@@ -907,9 +912,11 @@ class ComplexityExplorer(Explorer):
 
     def __init__(self, *, n=4096, heads=12, d_head=64, batch=1, dtype="float16", block_size=512):
         super().__init__()
+        check_positive_int("d_head", d_head)
+        check_positive_int("batch", batch)
         self.d_head, self.batch = d_head, batch
         self.n = _controls.selection_slider(
-            options=[(f"{v:,}", v) for v in self.NS], value=n, description="n tokens",
+            options=[(f"{v:,}", v) for v in self.NS], value=n, description="n tokens", name="n",
             continuous_update=False,
         )  # fmt: skip
         self.heads = _controls.dropdown(
@@ -917,7 +924,10 @@ class ComplexityExplorer(Explorer):
         )
         self.dtype = _controls.dropdown(options=list(_ITEMSIZE), value=dtype, description="dtype")
         self.block_size = _controls.dropdown(
-            options=[64, 128, 256, 512, 1024], value=block_size, description="block"
+            options=[64, 128, 256, 512, 1024],
+            value=block_size,
+            description="block",
+            name="block_size",
         )
         self._start([self.n, self.heads, self.dtype, self.block_size])
 
