@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from .. import numpy as ref
+from ..numpy.heads import head_mask
 from ._core import Exercise, Mistake, Probe
 from .probes import far, far_mask, far_qk, float32, label, normal
 from .weights import masking_mistakes, weights_invariants
@@ -125,12 +126,6 @@ def _far_mha_probes() -> list[Probe]:
     return [far(args, text=text), masked, float32(masked)]
 
 
-def _per_head(mask):
-    """A mask ``(..., T_q, T_kv)`` with a head axis where it has none: ``(B, 1, T_q, T_kv)``."""
-    mask = np.asarray(mask)
-    return mask[..., None, :, :] if mask.ndim <= 3 else mask
-
-
 def _head_scores(X_q, X_kv, W_q, W_k, W_v, W_o, h):
     """Each head's scaled scores, ``(B, h, T_q, T_kv)``."""
     return ref.scaled_dot_scores(ref.split_heads(X_q @ W_q, h), ref.split_heads(X_kv @ W_k, h))
@@ -150,7 +145,7 @@ def _mha_variant(*, scale=None, project=True, split=None, merge=None):
     def returns(X_q, X_kv, W_q, W_k, W_v, W_o, h, mask=None):
         Q, K, V = split(X_q @ W_q, h), split(X_kv @ W_k, h), split(X_kv @ W_v, h)
         if mask is not None:
-            mask = _per_head(mask)
+            mask = head_mask(mask, Q.shape[:-1] + (K.shape[-2],))  # (B, 1|h, T_q, T_kv)
         d = Q.shape[-1] if scale is None else scale(X_q, W_q, h)
         w = ref.masked_softmax(ref.dot_scores(Q, K) / math.sqrt(d), mask)
         heads = merge(w @ V)  # (B, T_q, h*d_head)
@@ -190,7 +185,7 @@ multi_head_attention = Exercise(
             "(B, T, h, d_head) before (B, T, h*d_head)",
             _mha_variant(merge=lambda X: X.reshape(X.shape[0], X.shape[2], -1)),
         ),
-        *masking_mistakes(_head_scores, _heads_out, mask_of=_per_head),
+        *masking_mistakes(_head_scores, _heads_out, mask_of=head_mask),
     ),
     invariants=weights_invariants(1),
 )

@@ -136,17 +136,19 @@ def _on_output(check, position: int):
     return lambda probe, out: check(probe, out[position])
 
 
-def masking_mistakes(scores_of, finish, mask_of=lambda mask: mask):
+def masking_mistakes(scores_of, finish, mask_of=lambda mask, shape: mask):
     """Classic masking bugs, for any exercise whose weights come from ``scores_of(*args)``.
 
     ``finish(args, weights)`` turns buggy weights into that exercise's return value;
-    ``mask_of(mask)`` makes the exercise's mask broadcast against those scores.
+    ``mask_of(mask, shape)`` makes the exercise's mask broadcast against scores of that shape.
     """
 
     def variant(weights_of):
         def returns(*args, mask=None):
             scores = scores_of(*args)
-            keep = np.ones(scores.shape, dtype=bool) if mask is None else mask_of(mask)
+            keep = (
+                np.ones(scores.shape, dtype=bool) if mask is None else mask_of(mask, scores.shape)
+            )
             return finish(args, weights_of(scores, np.broadcast_to(keep, scores.shape)))
 
         return returns
