@@ -91,9 +91,7 @@ class _Choice(_Control):
         return next((label for label, v in self._options if v == self._value), "")
 
     def _validate(self, new):
-        if new not in [v for _, v in self._options]:
-            raise ValueError(f"{new!r} is not one of the options of {self.description!r}")
-        return new
+        return _one_of(self.description, new, [v for _, v in self._options])
 
 
 class _Range(_Control):
@@ -141,13 +139,18 @@ def _choice_checked(kwargs: dict) -> dict:
     """``kwargs`` without ``name`` (the explorer's parameter the control shows, for errors; its
     description by default), once ``value`` is one of ``options``."""
     name = kwargs.pop("name", None) or kwargs.get("description", "value")
-    values = [v for _, v in _pairs(kwargs.get("options", ()))]
-    value = kwargs.get("value")
-    if value is not None and value not in values:
+    if kwargs.get("value") is not None:
+        _one_of(name, kwargs["value"], [v for _, v in _pairs(kwargs.get("options", ()))])
+    return kwargs
+
+
+def _one_of(name: str, value, values: list):
+    """``value`` if it is one of ``values``, else a ValueError naming them."""
+    if value not in values:
         raise ValueError(
             f"{name}={value!r} is not one of the choices: {', '.join(map(repr, values))}"
         )
-    return kwargs
+    return value
 
 
 def _range_checked(kwargs: dict, low: float, high: float) -> dict:
