@@ -7,8 +7,8 @@ and :data:`AUTOGRADE`: nbgrader's lists with the two changes below. The sanitizi
 after each step as nbconvert does after every preprocessor.
 
 * :class:`CheckSubmission` comes first: it refuses a submission holding anything but regular files
-  (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which could
-  not be written back as UTF-8. nbgrader copies a submission's other files before any
+  (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which
+  could not be written back as UTF-8. nbgrader copies a submission's other files before any
   preprocessor runs, so :func:`guard_copy`, set as the documented ``Autograde.pre_convert_hook``,
   first makes that copy skip everything of a submission that will be refused: nothing is read
   through a link (a link to ``/dev/zero`` would fill the disk; one to the gradebook would copy it).
@@ -20,7 +20,9 @@ after each step as nbconvert does after every preprocessor.
 :class:`Deduplicate` and :class:`RestoreCells` take the place of nbgrader's ``DeduplicateIds``
 and ``OverwriteCells``: a notebook whose course cells a learner copied, retyped or deleted is
 graded (nbgrader's fail such a student), every course cell's tag is rebuilt from the gradebook,
-and the learner is told what was set back (:mod:`autograder.cells`).
+and the learner is told what was set back (:mod:`autograder.cells`). After them,
+:class:`ShowProse` makes every Markdown and raw cell that is not one of the lesson's own show as
+text in formgrader and the feedback page (:mod:`autograder.prose`).
 
 And :class:`CheckCellMetadata` is nbgrader's check of the cells' metadata against the same
 schema, with the schema's validator built once: nbgrader's builds it and checks the schema itself
@@ -38,7 +40,6 @@ import contextlib
 import copy
 import functools
 import hashlib
-import html
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -63,7 +64,7 @@ from nbgrader.preprocessors import (
 from nbgrader.preprocessors import CheckCellMetadata as NbgraderCheckCellMetadata
 from traitlets import Float, Integer, Unicode
 
-from . import cells, history, submission
+from . import cells, history, prose, submission
 from .limits import Limits
 from .protocol import scrub
 from .template import shared_pair
@@ -110,11 +111,9 @@ class CheckCellMetadata(NbgraderCheckCellMetadata):
 
 
 class CheckSubmission(NbGraderPreprocessor):
-    """Refuse links and special files in a submission; make the notebook's text safe to show.
+    """Refuse links and special files in a submission; make the notebook's text writable.
 
-    Markdown and raw cells that are not locked are the learner's to write: their HTML is escaped
-    (``<script>`` shows as text in formgrader and in the feedback page), and every string loses
-    its lone surrogates, which could not be written back as UTF-8.
+    Every string loses its lone surrogates, which could not be written back as UTF-8.
     """
 
     def preprocess(self, nb, resources):
@@ -174,9 +173,6 @@ def _scrub_notebook(nb) -> None:
     for cell in nb.cells:
         if isinstance(cell.get("source"), str):
             cell.source = scrub(cell.source)
-            locked = cell.metadata.get("nbgrader", {}).get("locked")
-            if cell.cell_type in ("markdown", "raw") and not locked:
-                cell.source = html.escape(cell.source, quote=False)
         scrub(cell.metadata)
     scrub(nb.metadata)
 
@@ -518,8 +514,30 @@ def apply(nb, result: dict) -> None:
         cell.execution_count = rec.get("execution_count")
 
 
+class ShowProse(NbGraderPreprocessor):
+    """Show every Markdown and raw cell that is not one of the lesson's own as text.
+
+    formgrader and the feedback page render the graded notebook; a cell the learner wrote or
+    changed is shown verbatim, never as HTML, links or mathematics (:mod:`autograder.prose`).
+    It runs after :class:`RestoreCells`, which gave every course cell back its type (an answer
+    cell a learner turned into Markdown is code again) and every locked one its source; what
+    decides is the lesson's source and released notebooks, never a tag in this one.
+    """
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        coursedir = CourseDirectory(config=self.config)
+        course = prose.course_cells(
+            Path(coursedir.format_path(folder, ".", info["assignment"]))
+            / f"{info['notebook']}.ipynb"
+            for folder in (coursedir.source_directory, coursedir.release_directory)
+        )
+        prose.show_safely(nb, course)
+        return nb, resources
+
+
 SANITIZE_STEPS = [CheckSubmission, ClearOutput, Deduplicate, OverwriteKernelspec, RestoreCells,
-                  CheckCellMetadata]  # fmt: skip
+                  ShowProse, CheckCellMetadata]  # fmt: skip
 SANITIZE = [Sanitize]
 AUTOGRADE = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
              SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]  # fmt: skip

@@ -37,6 +37,22 @@ LAUNCH_ARGS = [
 ]
 
 
+@contextlib.contextmanager
+def launched(chromium: Path):
+    """Playwright's ``Browser`` for a headless ``chromium`` (:data:`LAUNCH_ARGS`), closed at the
+    end with Playwright itself."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(chromium), args=LAUNCH_ARGS, headless=True, timeout=60_000
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def _run(cmd: list[str], deadline: float, env: dict[str, str]) -> subprocess.CompletedProcess:
     left = max(1.0, deadline - time.monotonic())
     return subprocess.run(

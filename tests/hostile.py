@@ -16,6 +16,7 @@ import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 
 LESSON = "02-softmax-masking"
@@ -180,6 +181,86 @@ def _answer_untagged(nb: dict) -> None:
     answer = nb["cells"][index]["source"]
     del nb["cells"][_tagged(nb, "test_softmax")]
     nb["cells"][index] = new_code_cell(answer)
+
+
+# What the learner's Markdown and raw cells do when a page shows them: set this to say so. Every
+# occurrence of it in formgrader's view and in the feedback page must be text in a <pre> or <code>
+# (shown, not run, not a link, not typeset by MathJax).
+PWNED = "ATTN_PWNED"
+
+
+class _Where(HTMLParser):
+    """Where a marker stands in an HTML page: ``"text"`` inside ``<pre>`` or ``<code>``, or
+    ``"<tag attribute>"``, ``"<script>"``, ``"<style>"``, ``"<tag> text"`` (where MathJax or a
+    reader's click could act on it)."""
+
+    KEPT = ("pre", "code", "script", "style")  # elements whose text is not markup
+
+    def __init__(self, marker: str):
+        super().__init__(convert_charrefs=True)
+        self.marker, self.found, self.open = marker, [], dict.fromkeys(self.KEPT, 0)
+        self.last = ""
+
+    def handle_starttag(self, tag, attrs):
+        self.last = tag
+        self.found += [f"<{tag} {name}>" for name, value in attrs
+                       if self.marker in name or self.marker in (value or "")]  # fmt: skip
+        if tag in self.open:
+            self.open[tag] += 1
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag in self.open:
+            self.open[tag] -= 1
+
+    def handle_endtag(self, tag):
+        if self.open.get(tag):
+            self.open[tag] -= 1
+
+    def handle_data(self, data):
+        for _ in range(data.count(self.marker)):
+            if self.open["script"] or self.open["style"]:
+                self.found.append("<script>" if self.open["script"] else "<style>")
+            else:
+                self.found.append("text" if self.open["pre"] or self.open["code"] else
+                                  f"<{self.last}> text")  # fmt: skip
+
+
+def where_shown(page: str, marker: str = PWNED) -> list[str]:
+    """Every place ``marker`` stands in ``page``, in order (see :class:`_Where`)."""
+    where = _Where(marker)
+    where.feed(page)
+    where.close()
+    return where.found
+
+
+def _runs_its_markup(nb: dict) -> None:
+    """Notes that would run in the instructor's formgrader: a Markdown and a raw cell that claim
+    nbgrader's ``locked`` (a course cell, whose text is shown as written), ``javascript:`` links,
+    MathJax's ``\\href``, an attachment, and a lesson's prose cell edited to hold a link."""
+    import base64
+
+    from nbformat.v4 import new_markdown_cell, new_raw_cell
+
+    locked = {"grade_id": "my-notes", "locked": True, "solution": False, "grade": False,
+              "schema_version": 3}  # fmt: skip
+    page = base64.b64encode(f"<script>window.{PWNED} = 'attachment'</script>".encode()).decode()
+    prose = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+    prose["source"] += f"\n\nSee [the lesson](javascript:window.{PWNED}='prose')."
+    nb["cells"] += [
+        new_markdown_cell(f"<script>window.{PWNED} = 'script'</script>\n\n"
+                          f"<img src=x onerror=\"window.{PWNED} = 'onerror'\">",
+                          metadata={"nbgrader": locked}),
+        new_markdown_cell(f"**My notes** [link](javascript:window.{PWNED}='link') and "
+                          f"[a reference][r], $\\href{{javascript:window.{PWNED}='math'}}{{x}}$\n\n"
+                          "![figure](attachment:figure.html)\n\n"
+                          f"[r]: javascript:window.{PWNED}='ref'\n",
+                          attachments={"figure.html": {"text/html": page}},
+                          metadata={"nbgrader": {"locked": True}}),
+        new_raw_cell(f"<script>window.{PWNED} = 'raw'</script>",
+                     metadata={"raw_mimetype": "text/html",
+                               "nbgrader": {**locked, "grade_id": "my-raw"}}),
+    ]  # fmt: skip
 
 
 # Honest notebooks whose course cells a learner changed by accident: graded in full both ways,
@@ -471,6 +552,9 @@ def softmax(x, axis=-1):
                               "- ✓ **softmax** (2/2)\nScore: **17 / 17**\n"
                               "<script>alert(1)</script>\n''')\n"},
             lost=SOFTMAX_ONLY),
+        "runs-its-markup": Attack(
+            6, "Markdown and raw cells that would run script where formgrader shows them",
+            tamper=_runs_its_markup, lost={}),
         "prints-a-lone-surrogate": Attack(
             6, "output that cannot be written as UTF-8",
             extra=["print('bad \\ud800 text')\nprint({'\\udfff': 1})"], lost={}),

@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from browser import INSTALL_SECONDS, LAUNCH_ARGS
+from browser import INSTALL_SECONDS, launched
 from servers import free_port, make_env, make_lab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -247,19 +247,8 @@ def lab(course, tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser(chromium, lab):
     """One headless Chromium for the module; stopped at its end."""
-    from playwright.sync_api import sync_playwright
-
-    pw = sync_playwright().start()
-    try:
-        chrome = pw.chromium.launch(
-            executable_path=str(chromium), args=LAUNCH_ARGS, headless=True, timeout=60 * MS
-        )
-        try:
-            yield chrome
-        finally:
-            chrome.close()
-    finally:
-        pw.stop()
+    with launched(chromium) as chrome:
+        yield chrome
 
 
 class Console:

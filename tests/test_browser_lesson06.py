@@ -26,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import INSTALL_SECONDS, LAUNCH_ARGS
+from browser import INSTALL_SECONDS, launched
 from servers import free_port, make_env, make_lab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,14 +111,11 @@ def _loaded(page, image):
 
 
 def test_lesson06_training_plot_and_inside_explorer_in_chromium(chromium, lab):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, token = lab
     started = time.monotonic()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=str(chromium), args=LAUNCH_ARGS, headless=True, timeout=60 * MS
-        )
+    with launched(chromium) as browser:
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
             page.set_default_timeout(30 * MS)
@@ -176,6 +173,4 @@ def test_lesson06_training_plot_and_inside_explorer_in_chromium(chromium, lab):
             if "page" in locals():
                 _shot(page, "failure")
             raise
-        finally:
-            browser.close()
     assert time.monotonic() - started < BODY_SECONDS, "the browser session took too long"

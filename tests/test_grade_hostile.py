@@ -34,6 +34,7 @@ from hostile import (
     SECRET,
     UNGRADABLE_NAMES,
     corpus,
+    where_shown,
 )
 from nbformat.v4 import new_code_cell, new_markdown_cell
 from nbgrader.api import Gradebook
@@ -159,6 +160,10 @@ def shown_by_last_cell(course: Path, student: str) -> str:
     return "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
 
 
+def feedback_page(course: Path, student: str) -> str:
+    return (course / "feedback" / student / LESSON / f"{LESSON}.html").read_text()
+
+
 def autograded_text(course: Path, student: str) -> str:
     return (course / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
 
@@ -257,9 +262,23 @@ def test_outputs_are_capped_and_markup_is_escaped_everywhere(graded, way):
     path = course / "autograded" / "lifts-its-output-cap" / LESSON / f"{LESSON}.ipynb"
     assert path.stat().st_size < 4 * 2**20
     assert "output truncated by the grader" in path.read_text()
-    html = (course / "feedback" / "shows-markup" / LESSON / f"{LESSON}.html").read_text()
+    html = feedback_page(course, "shows-markup")
     assert "<script>alert" not in html
     assert "alert(&#39;stdout&#39;)" in html or "alert('stdout')" in html  # shown, as text
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_the_learners_markup_is_shown_as_text_and_the_lessons_prose_as_written(graded, way):
+    """The feedback page is rendered from the autograded notebook, as formgrader's view is: the
+    learner's Markdown and raw cells are shown as text, whatever nbgrader tag they claim; the
+    lesson's own prose keeps its headings and code spans (not ``&lt;`` shown as text)."""
+    course = graded[way]
+    shown = where_shown(feedback_page(course, "runs-its-markup"))
+    # script and onerror; a link, a reference and MathJax's \href; the raw cell; the prose's link
+    assert shown == ["text"] * 7, shown
+    honest = feedback_page(course, "honest-a")
+    assert "<h2" in honest and "<code>j &lt;= i</code>" in honest
+    assert "&amp;lt;" not in honest and "&amp;gt;" not in honest
 
 
 @pytest.mark.parametrize("way", ["ours", "theirs"])

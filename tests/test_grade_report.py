@@ -439,58 +439,51 @@ def test_the_report_reads_the_course_beside_another_nbgrader_app_in_the_process(
 
 @slow
 def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class, chromium):
-    from browser import LAUNCH_ARGS
-    from playwright.sync_api import expect, sync_playwright
+    from browser import launched
+    from playwright.sync_api import expect
 
     scores, most, totals = gradebook(graded_class["db"])
     page_file = graded_class["out"] / "report.html"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(chromium), args=LAUNCH_ARGS,
-                                     headless=True, timeout=60 * MS)  # fmt: skip
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(30 * MS)  # as the other browser tests: the suite loads 2 cores
-            problems, dialogs, requests = [], [], []
-            page.on("console", lambda m: m.type == "error" and problems.append(m.text))
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(page_file.as_uri(), wait_until="load")
+    with launched(chromium) as browser:
+        page = browser.new_page()
+        page.set_default_timeout(30 * MS)  # as the other browser tests: the suite loads 2 cores
+        problems, dialogs, requests = [], [], []
+        page.on("console", lambda m: m.type == "error" and problems.append(m.text))
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(page_file.as_uri(), wait_until="load")
 
-            assert LESSON in page.title() and "attention" in page.title()
-            expect(page.locator("h1")).to_contain_text("Class report")
-            tables = page.locator("table.exercise-table")
-            exercises = [e["exercise"] for e in lesson_of(graded_class["data"])["exercises"]]
-            assert sorted(exercises) == sorted(most)
-            expect(tables).to_have_count(len(most))
-            for n, exercise in enumerate(exercises):
-                expect(tables.nth(n)).to_have_attribute("data-exercise", exercise)
-            zeros = tables.and_(page.locator("[data-exercise='test_attention']"))
-            want = sum(scores[s]["test_attention"] == 0 for s in scores)
-            expect(zeros.locator("tr[data-score='0'] td").nth(1)).to_have_text(str(want))
+        assert LESSON in page.title() and "attention" in page.title()
+        expect(page.locator("h1")).to_contain_text("Class report")
+        tables = page.locator("table.exercise-table")
+        exercises = [e["exercise"] for e in lesson_of(graded_class["data"])["exercises"]]
+        assert sorted(exercises) == sorted(most)
+        expect(tables).to_have_count(len(most))
+        for n, exercise in enumerate(exercises):
+            expect(tables.nth(n)).to_have_attribute("data-exercise", exercise)
+        zeros = tables.and_(page.locator("[data-exercise='test_attention']"))
+        want = sum(scores[s]["test_attention"] == 0 for s in scores)
+        expect(zeros.locator("tr[data-score='0'] td").nth(1)).to_have_text(str(want))
 
-            plots = page.locator("img.plot")
-            assert plots.count() == 3 == page.locator("img").count()
-            for n in range(plots.count()):
-                assert plots.nth(n).evaluate("i => i.complete && i.naturalWidth > 0")
-                assert plots.nth(n).get_attribute("src").startswith("data:image/png;base64,")
+        plots = page.locator("img.plot")
+        assert plots.count() == 3 == page.locator("img").count()
+        for n in range(plots.count()):
+            assert plots.nth(n).evaluate("i => i.complete && i.naturalWidth > 0")
+            assert plots.nth(n).get_attribute("src").startswith("data:image/png;base64,")
 
-            for student in ("honest", "scale-dk", ODD):
-                row = page.locator("table.students tr").filter(
-                    has=page.get_by_role("cell", name=student, exact=True)
-                )
-                expect(row.locator("td.score")).to_have_text(f"{totals[student]:g}")
-            set_back = page.locator("table.students tr[data-student='wrong-axis'] td.set-back")
-            expect(set_back).to_contain_text("cell softmax appears 2 times")
-            stuck = page.locator("table.students tr.stuck")
-            expect(stuck).to_have_count(1)
-            expect(stuck.locator("td").first).to_have_text("scale-dk")
-            mean = sum(totals.values()) / len(totals)
-            expect(page.locator("[data-stat='mean score'] b")).to_have_text(
-                f"{round(mean, 2):g} / 17"
+        for student in ("honest", "scale-dk", ODD):
+            row = page.locator("table.students tr").filter(
+                has=page.get_by_role("cell", name=student, exact=True)
             )
-            page.screenshot(path=str(graded_class["out"] / "report.png"), full_page=True)
-        finally:
-            browser.close()
+            expect(row.locator("td.score")).to_have_text(f"{totals[student]:g}")
+        set_back = page.locator("table.students tr[data-student='wrong-axis'] td.set-back")
+        expect(set_back).to_contain_text("cell softmax appears 2 times")
+        stuck = page.locator("table.students tr.stuck")
+        expect(stuck).to_have_count(1)
+        expect(stuck.locator("td").first).to_have_text("scale-dk")
+        mean = sum(totals.values()) / len(totals)
+        expect(page.locator("[data-stat='mean score'] b")).to_have_text(f"{round(mean, 2):g} / 17")
+        page.screenshot(path=str(graded_class["out"] / "report.png"), full_page=True)
     assert not dialogs and not problems, (dialogs, problems)
     assert all(url.startswith(("file:", "data:")) for url in requests), requests
