@@ -6,7 +6,9 @@ FIFO or device could hang or flood the grader. So a submission is refused, with 
 the entry, when anything in it — the notebook included — is not a regular file or a directory;
 and the grader reads files with ``O_NOFOLLOW``, never through a link. Folder and file names that
 are not valid UTF-8 are refused the same way: nbgrader's gradebook and the reports could not
-spell them.
+spell them; so is a student folder whose name holds ``<`` or ``"``, which formgrader would put
+into the instructor's page as markup (nbgrader takes a student's id from the name of the file a
+student puts into its exchange).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from pathlib import Path
 
 MAX_FILES = 200
 MAX_BYTES = 64 * 2**20  # of files beside the notebooks, in all
+# nbgrader's formgrader puts a student's id into its page of a submission as it is, in the text
+# of the page and in a double-quoted attribute: an id holding either of these would be HTML there
+MARKUP = '<"'
 
 
 class Refused(Exception):
@@ -38,6 +43,9 @@ def name_problems(student: str) -> list[str]:
     if any(c in student for c in "*?[]"):
         return [f"the student folder's name ({student}) holds *, ?, [ or ], which nbgrader "
                 "reads as a pattern"]  # fmt: skip
+    if any(c in student for c in MARKUP):
+        return [f"the student folder's name ({student}) holds < or \", which formgrader's pages "
+                "would read as HTML"]  # fmt: skip
     return []
 
 

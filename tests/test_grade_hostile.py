@@ -225,7 +225,8 @@ def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
         rows = {row["student"]: row for row in csv.DictReader(f)}
     assert set(rows) == set(results)  # every name, spellable ones as they are
     assert rows["stud\\xffent"]["status"] == "refused"
-    for name, why in zip(UNGRADABLE_NAMES, ("not valid UTF-8", "reads as a pattern"), strict=True):
+    whys = ("not valid UTF-8", "reads as a pattern", "would read as HTML")
+    for name, why in zip(UNGRADABLE_NAMES, whys, strict=True):
         shown = name.decode("utf-8", "backslashreplace")
         assert results[shown]["status"] == "refused" and why in results[shown]["error"]
     assert results["corrupted"]["status"] == "error" and "JSON" in results["corrupted"]["error"]

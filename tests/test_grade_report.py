@@ -34,7 +34,9 @@ from autograder import cli, history, report
 from autograder.report import Cell
 
 LESSON = "02-softmax-masking"
-ODD = "=cmd <img src=x onerror=alert(1)>"  # a student id: markup, and a formula in a spreadsheet
+# a student id that a spreadsheet would read as a formula, with what HTML escapes (an id holding
+# < or " is refused: autograder/submission.py; the page's escaping of markup is tested above)
+ODD = "=cmd o'brien & co >"
 CLASS = {  # student → edits, from tests/test_grade_students.py
     "honest": {},
     "blank": "release",
