@@ -7,8 +7,8 @@ and :data:`AUTOGRADE`: nbgrader's lists with the two changes below. The sanitizi
 after each step as nbconvert does after every preprocessor.
 
 * :class:`CheckSubmission` comes first: it refuses a submission holding anything but regular files
-  (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which
-  could not be written back as UTF-8. nbgrader copies a submission's other files before any
+  (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which could
+  not be written back as UTF-8. nbgrader copies a submission's other files before any
   preprocessor runs, so :func:`guard_copy`, set as the documented ``Autograde.pre_convert_hook``,
   first makes that copy skip everything of a submission that will be refused: nothing is read
   through a link (a link to ``/dev/zero`` would fill the disk; one to the gradebook would copy it).

@@ -326,3 +326,17 @@ def test_plain_nbgrader_names_the_refused_students(graded):
     refused = [name for name, attack in graded["attacks"].items() if attack.lost == REFUSED]
     for name in refused:
         assert "refused" in log and name in log, log[-3000:]
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_a_student_folder_with_an_ungradable_name_is_graded_neither_way(graded, way):
+    """Not UTF-8, an nbgrader pattern, or HTML that formgrader would put into its page as it is:
+    no submission in the gradebook, no file in ``autograded/`` or ``feedback/`` (plain nbgrader
+    leaves an empty folder for the pattern)."""
+    course = graded[way]
+    for name in map(os.fsdecode, UNGRADABLE_NAMES):
+        assert scores(course, name) is None, name
+        for top in ("autograded", "feedback"):
+            folder = course / top / name
+            assert not folder.exists() or not any(folder.rglob("*")), (top, name)
+    assert scores(course, HONEST[0]) == full(course)  # the check sees a graded student
