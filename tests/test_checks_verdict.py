@@ -135,3 +135,31 @@ def test_in_a_kernel_the_failed_cell_shows_the_sentence_and_no_traceback():
     assert error.ename == "CheckFailed"
     assert len(error.traceback) == 1 and "normalises over the first axis" in error.traceback[0]
     assert nbformat.validate(nb) is None
+
+
+def _softmax_in(dtype):
+    def softmax(x, axis=-1):
+        x = x if dtype is None else x.astype(dtype)
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    return softmax
+
+
+def test_a_right_answer_in_another_float_dtype_passes_with_a_note():
+    """float32 inputs answered in float64, or float64 inputs in float32 or float16: right (the
+    values are within the tolerance of the coarser dtype), with a note on keeping the input's
+    dtype; a softmax that keeps it has none."""
+    wider = checks.check("softmax", _softmax_in(np.float64))
+    assert wider.passed and "float32 inputs came back as float64" in wider.message
+    narrower = checks.check("softmax", _softmax_in(np.float32))
+    assert narrower.passed
+    assert "float64 inputs came back as float32, which holds about 6 significant" in (
+        narrower.message
+    )
+    half = checks.check("attention", lambda Q, K, V, mask=None: tuple(
+        a.astype(np.float16) for a in checks.EXERCISES["attention"].reference(Q, K, V, mask)
+    ))  # fmt: skip
+    assert half.passed and "came back as float16, which holds about 3 significant" in half.message
+    kept = checks.check("softmax", _softmax_in(None))
+    assert kept.passed and "note" not in kept.message

@@ -409,30 +409,47 @@ WIDENED = (
     "(math.sqrt of a size keeps float32, np.sqrt and dtype=float make float64), which matters "
     "in float16 — see 01-scoring, 'Why divide by sqrt(d_k)?'."
 )
+NARROWED = (
+    "correct. A note: float64 inputs came back as {dtype}, which holds about {digits} significant "
+    "digits where float64 holds 15; the lessons keep the input dtype (an astype or a dtype= "
+    "that names a smaller float drops them) — see 01-scoring, 'Why divide by sqrt(d_k)?'."
+)
 
 
-def widened(exercise: Exercise, fn: Callable[..., object], probes: list[Probe]) -> str:
-    """The wider dtype ``fn`` returns where the reference keeps float32 inputs' float32 ("" if
-    none): not a mistake, but worth a note."""
-    for probe in probes:
-        if probe.dtype != np.float32:
-            continue
-        try:
-            with quiet():
-                actual = unpack(exercise.flat(fn(*copy.deepcopy(probe.args),
-                                                 **copy.deepcopy(probe.kwargs))),
-                                exercise.outputs)  # fmt: skip
-            expected = unpack(exercise.flat(exercise.reference(*probe.args, **probe.kwargs)),
-                              exercise.outputs)  # fmt: skip
-        except (CheckFailed, Abort):
-            raise
-        except Exception:  # noqa: BLE001 — it passed the checks; a note is not worth failing
-            return ""
-        for a, e in zip(actual, expected, strict=True):
-            if e.dtype == np.float32 and a.dtype.kind == "f" and a.dtype.itemsize > 4:
-                return str(a.dtype)
-        return ""
+def dtype_note(exercise: Exercise, fn: Callable[..., object], probes: list[Probe]) -> str:
+    """A passing verdict's note when ``fn`` answers in another float dtype than the reference
+    does — wider for float32 inputs, narrower for float64 ones — else "": not a mistake, but
+    worth a note. The first float32 probe and the first float64 one are tried."""
+    for dtype in (np.float32, np.float64):
+        probe = next((p for p in probes if p.dtype == dtype), None)
+        found = _other_dtype(exercise, fn, probe) if probe is not None else None
+        if found is not None:
+            theirs = np.dtype(found)
+            if dtype == np.float32 and theirs.itemsize > 4:
+                return WIDENED.format(dtype=theirs)
+            if dtype == np.float64 and theirs.itemsize < 8:
+                return NARROWED.format(dtype=theirs, digits=np.finfo(theirs).precision)
     return ""
+
+
+def _other_dtype(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> np.dtype | None:
+    """The float dtype of ``fn``'s first result on ``probe`` that differs from the reference's
+    float dtype (``None`` if none does, or if the call raises: it passed the checks)."""
+    try:
+        with quiet():
+            actual = unpack(exercise.flat(fn(*copy.deepcopy(probe.args),
+                                             **copy.deepcopy(probe.kwargs))),
+                            exercise.outputs)  # fmt: skip
+        expected = unpack(exercise.flat(exercise.reference(*probe.args, **probe.kwargs)),
+                          exercise.outputs)  # fmt: skip
+    except (CheckFailed, Abort):
+        raise
+    except Exception:  # noqa: BLE001 — it passed the checks; a note is not worth failing
+        return None
+    for a, e in zip(actual, expected, strict=True):
+        if e.dtype == probe.dtype and a.dtype.kind == "f" and a.dtype != e.dtype:
+            return a.dtype
+    return None
 
 
 def examine(exercise: Exercise, fn: Callable[..., object], probe: Probe) -> Failure | None:
@@ -681,8 +698,8 @@ def run(exercise: Exercise, fn: Callable[..., object], peak: Peak = traced_peak)
         if message:
             return Outcome(exercise.name, False, message, exercise.read)
         outcome = search(exercise, fn)
-        wider = widened(exercise, fn, probes) if outcome else ""
-        return Outcome(exercise.name, True, WIDENED.format(dtype=wider)) if wider else outcome
+        note = dtype_note(exercise, fn, probes) if outcome else ""
+        return Outcome(exercise.name, True, note) if note else outcome
 
 
 def _extras(exercise: Exercise, fn: Callable[..., object], peak: Peak) -> str | None:
