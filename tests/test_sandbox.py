@@ -739,7 +739,7 @@ def test_a_property_test_on_tensors_gets_the_same_verdict_in_the_kernel_and_the_
     assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
 
 
-SLIPS = {  # a learner's softmax with a slip, and what its verdict says
+SLIPS = {  # a learner's softmax with a slip, and what its verdict says (or its note)
     "a sum without keepdims": (
         "def softmax(x, axis=-1):\n"
         "    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
@@ -757,6 +757,13 @@ SLIPS = {  # a learner's softmax with a slip, and what its verdict says
         "    e = np.exp(x - np.max(x, axis=-1, keepdims=True))\n"
         "    return e / e.sum(axis=-1, keepdims=True)\n",
         "the checks call softmax(x, axis=…)",
+    ),
+    "a right answer in float32": (  # passes, with a note
+        "def softmax(x, axis=-1):\n"
+        "    x = x.astype(np.float32)\n"
+        "    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
+        "    return e / e.sum(axis=axis, keepdims=True)\n",
+        "float64 inputs came back as float32",
     ),
 }
 
