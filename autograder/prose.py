@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 TEXT_TYPES = ("markdown", "raw")
+# above a cell shown as text, for the instructor in formgrader and the student in the feedback
+CAPTION = "Text of the submission, shown as typed (not rendered):"
 _BACKTICKS = re.compile(r"`+")
 
 
@@ -69,12 +71,14 @@ def fenced(text: str) -> str:
 
 
 def as_text(cell: dict) -> None:
-    """Make the Markdown or raw ``cell`` show its text verbatim, as text; its attachments go."""
+    """Make the Markdown or raw ``cell`` show its text verbatim, as text, under a line that
+    says so (:data:`CAPTION`); its attachments go."""
     cell.pop("attachments", None)
     if cell["cell_type"] == "markdown":
-        cell["source"] = fenced(_source(cell))
+        cell["source"] = f"*{CAPTION}*\n\n{fenced(_source(cell))}"
     else:  # nbconvert puts a raw cell for HTML (or of no type) into the page as it is
-        cell["source"] = f"<pre>{html.escape(_source(cell), quote=False)}</pre>"
+        text = html.escape(_source(cell), quote=False)
+        cell["source"] = f"<p><em>{CAPTION}</em></p><pre>{text}</pre>"
         cell.setdefault("metadata", {})["raw_mimetype"] = "text/html"
 
 

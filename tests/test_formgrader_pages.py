@@ -28,7 +28,7 @@ from nbgrader.api import Gradebook
 from servers import free_port, make_env, make_lab
 from test_grade_students import student_notebook, submit
 
-from autograder import view
+from autograder import prose, view
 
 STARTUP_SECONDS = 90
 MS = 1000
@@ -118,6 +118,8 @@ def test_a_students_notes_are_shown_as_text_and_run_nothing(course, formgrader, 
     assert seen["script_links"] == []
     for shown in ("'script'", "'onerror'", "'link'", "'ref'", "'raw'", "'prose'"):
         assert f"window.{PWNED}" in seen["text"] and shown in seen["text"], shown
+    # each of the student's four cells (one a lesson cell they edited) says it is shown as typed
+    assert seen["text"].count(prose.CAPTION) == 4
 
 
 @pytest.mark.parametrize("where", ["formgrader", "feedback"])
@@ -127,3 +129,4 @@ def test_the_lessons_prose_is_rendered_as_the_lesson_wrote_it(course, formgrader
     assert seen["headings"] >= 5
     assert "j <= i" in seen["codes"], seen["codes"][:20]
     assert "&lt;" not in seen["text"] and "&gt;" not in seen["text"]
+    assert prose.CAPTION not in seen["text"]

@@ -82,9 +82,9 @@ def test_a_learners_markdown_shows_verbatim_in_one_code_block(text):
     prose.as_text(cell)
     page = shown(markdown2html_mistune(cell.source))
     tags = [tag for tag, _ in page.tags]
-    assert tags.count("pre") == 1 and set(tags) <= {"div", "pre", "span"}, page.tags
+    assert tags.count("pre") == 1 and set(tags) <= {"p", "em", "div", "pre", "span"}, page.tags
     assert all(name == "class" for _, attrs in page.tags for name, _ in attrs), page.tags
-    assert "".join(page.outside).strip() == ""
+    assert "".join(page.outside).strip() == prose.CAPTION  # the caption, and nothing else
     assert _lines("".join(page.inside)) == _lines(text)
 
 
@@ -136,9 +136,9 @@ def test_only_the_courses_text_type_and_attachments_make_a_cell_the_courses(tmp_
     prose.show_safely(nb, course)
     assert nb.cells[0].source == "> the lesson's *own* `a < b`"
     for cell in nb.cells[1:3] + nb.cells[4:5]:
-        assert cell.source.startswith("```text\n") and cell.source.endswith("\n```"), cell.source
-        assert "attachments" not in cell
-    assert nb.cells[3].source == f"<pre>{html.escape(own.source, quote=False)}</pre>"
+        assert cell.source.startswith(f"*{prose.CAPTION}*\n\n```text\n"), cell.source
+        assert cell.source.endswith("\n```") and "attachments" not in cell, cell.source
+    assert nb.cells[3].source.endswith(f"<pre>{html.escape(own.source, quote=False)}</pre>")
     assert nb.cells[5].source == "<script>y</script>"  # code is shown highlighted, never as HTML
     (tmp_path / "broken.ipynb").write_text('{"cells": [ not a notebook')
     assert prose.course_cells([tmp_path / "missing.ipynb", tmp_path / "broken.ipynb"]) == set()
