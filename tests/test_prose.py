@@ -13,10 +13,11 @@ import copy
 import html
 import os
 from html.parser import HTMLParser
-from pathlib import Path
 
 import nbformat
 import pytest
+from course import LESSON_IDS, REPO
+from hostile import PWNED, where_shown
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nbconvert import HTMLExporter
@@ -25,18 +26,15 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_
 
 from autograder import prose
 
-REPO = Path(__file__).resolve().parents[1]
-LESSONS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
-MARK = "ATTN_PWNED"
 HOSTILE = [
-    f"<script>window.{MARK}=1</script>",
-    f'<img src=x onerror="window.{MARK}=1">',
-    f"[a link](javascript:window.{MARK}=1)",
-    f"[a reference][r]\n\n[r]: javascript:window.{MARK}=1",
-    f"$\\href{{javascript:window.{MARK}=1}}{{x}}$",
-    f"$$\n\\href{{javascript:window.{MARK}=1}}{{x}}\n$$",
-    f"```\n<script>window.{MARK}=1</script>\n```\n<b onclick='window.{MARK}=1'>x</b>",
-    f"````\n```\n<script>window.{MARK}=1</script>",
+    f"<script>window.{PWNED}=1</script>",
+    f'<img src=x onerror="window.{PWNED}=1">',
+    f"[a link](javascript:window.{PWNED}=1)",
+    f"[a reference][r]\n\n[r]: javascript:window.{PWNED}=1",
+    f"$\\href{{javascript:window.{PWNED}=1}}{{x}}$",
+    f"$$\n\\href{{javascript:window.{PWNED}=1}}{{x}}\n$$",
+    f"```\n<script>window.{PWNED}=1</script>\n```\n<b onclick='window.{PWNED}=1'>x</b>",
+    f"````\n```\n<script>window.{PWNED}=1</script>",
 ]
 
 
@@ -103,13 +101,11 @@ def test_a_learners_cells_show_as_text_in_nbconverts_own_page(text):
     prose.show_safely(nb, frozenset())
     assert all("attachments" not in cell for cell in nb.cells)
     page, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
-    parsed = shown(page)
-    assert sum(MARK in data for data in parsed.inside) >= 3
-    assert not any(MARK in data for data in parsed.outside)
-    assert not any(MARK in str(attrs) for _, attrs in parsed.tags)
+    where = where_shown(page, PWNED)  # as tests/test_grade_hostile.py reads a feedback page
+    assert len(where) >= 3 and set(where) == {"text"}, where
 
 
-@pytest.mark.parametrize("lesson", LESSONS)
+@pytest.mark.parametrize("lesson", LESSON_IDS)
 def test_the_lessons_own_cells_are_shown_as_written(lesson):
     source = REPO / "solutions" / lesson / f"{lesson}.ipynb"
     release = REPO / "lessons" / lesson / f"{lesson}.ipynb"

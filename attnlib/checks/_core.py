@@ -422,13 +422,11 @@ def dtype_note(exercise: Exercise, fn: Callable[..., object], probes: list[Probe
     worth a note. The first float32 probe and the first float64 one are tried."""
     for dtype in (np.float32, np.float64):
         probe = next((p for p in probes if p.dtype == dtype), None)
-        found = _other_dtype(exercise, fn, probe) if probe is not None else None
-        if found is not None:
-            theirs = np.dtype(found)
-            if dtype == np.float32 and theirs.itemsize > 4:
-                return WIDENED.format(dtype=theirs)
-            if dtype == np.float64 and theirs.itemsize < 8:
-                return NARROWED.format(dtype=theirs, digits=np.finfo(theirs).precision)
+        theirs = _other_dtype(exercise, fn, probe) if probe is not None else None
+        if theirs is not None and dtype == np.float32 and theirs.itemsize > 4:
+            return WIDENED.format(dtype=theirs)
+        if theirs is not None and dtype == np.float64 and theirs.itemsize < 8:
+            return NARROWED.format(dtype=theirs, digits=np.finfo(theirs).precision)
     return ""
 
 
