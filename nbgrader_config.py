@@ -44,3 +44,10 @@ c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back and
 # validate` reads it too. Each notebook also has a budget for all its cells and checks together.
 c.ExecutePreprocessor.timeout = 120
 c.TrustedExecute.budget = 300
+
+# Collecting (`nbgrader collect`, formgrader's Collect button): nbgrader's exchange is a folder
+# every student can write to. The course's collect takes only what students' own `nbgrader submit`
+# put there and sets aside, with a message, an entry in another account's name, a link, a named
+# pipe or one over nbgrader's size limits, without stopping the rest of the class
+# (docs/grading.md).
+c.ExchangeFactory.collect = "autograder.collect.CheckedCollect"

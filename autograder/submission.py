@@ -60,7 +60,7 @@ def problems(folder: Path, student_dir: Path | None = None) -> list[str]:
         except OSError as error:
             return [f"{shown(str(path))} cannot be read ({error.strerror})"]
         if not stat.S_ISDIR(mode):
-            found.append(f"{shown(path.name)} is {_kind(mode)}, not a folder")
+            found.append(f"{shown(path.name)} is {kind(mode)}, not a folder")
     if found:
         return found
     count = 0
@@ -74,14 +74,15 @@ def problems(folder: Path, student_dir: Path | None = None) -> list[str]:
                 continue
             mode = os.lstat(path).st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                found.append(f"{rel} is {_kind(mode)}; a submission holds only regular files")
+                found.append(f"{rel} is {kind(mode)}; a submission holds only regular files")
         if count > MAX_FILES:
             found.append(f"more than {MAX_FILES} files")
             break
     return found
 
 
-def _kind(mode: int) -> str:
+def kind(mode: int) -> str:
+    """What a file of ``mode`` (from ``lstat``) is, in words: "a symbolic link", "a file", ..."""
     if stat.S_ISLNK(mode):
         return "a symbolic link"
     if stat.S_ISFIFO(mode):

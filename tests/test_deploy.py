@@ -243,6 +243,20 @@ def test_values_set_what_the_instructors_guide_promises():
 # --- the single-machine hub config ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize("role", ["instructor", "student"])
+def test_the_shared_config_gives_instructors_the_courses_collect(role, monkeypatch):
+    """An instructor's course directory copied before the course had its own collect still
+    collects with it; students never collect."""
+    from nbgrader.exchange import ExchangeFactory
+
+    from autograder.collect import CheckedCollect
+
+    monkeypatch.setenv("ATTN_ROLE", role)
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(DEPLOY / "jupyter" / "common"))
+    collect = ExchangeFactory(config=config.load_config()).collect
+    assert (collect is CheckedCollect) == (role == "instructor"), collect
+
+
 def _load_hub_config(tmp_path, **env):
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_HUB_", "NBGRADER_"))}
     base.update(

@@ -307,8 +307,17 @@ def test_a_class_on_a_real_hub(hub):
     inbound = list((hub.exchange / COURSE / "inbound").glob(f"{STUDENT}+{LESSON}+*"))
     assert len(inbound) == 1, inbound
 
+    # Beside it, an entry made by hand in the same name at a later time, holding a named pipe
+    # (the demo's servers share one account, so any student could put it there): the course's
+    # collect sets it aside and takes the student's own submission; nbgrader's own stops there.
+    when = "2099-01-01 00:00:00.000000 UTC"
+    planted = hub.exchange / COURSE / "inbound" / f"{STUDENT}+{LESSON}+{when}+handmade"
+    planted.mkdir()
+    os.mkfifo(planted / "data.csv")
+
     # The instructor collects and grades with attn-grade, as in a terminal of their server.
-    _formgrader(instructor, "collect")
+    log = _formgrader(instructor, "collect")["log"]
+    assert f"Not collected: {planted.name}: data.csv is a named pipe" in log, log
     assert (course / "submitted" / STUDENT / LESSON / f"{LESSON}.ipynb").is_file()
     graded = subprocess.run(
         [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json"],

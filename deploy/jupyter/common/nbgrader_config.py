@@ -15,13 +15,16 @@ c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE_ROOT", "/srv/nbgrader/exchan
 if os.environ.get("ATTN_ROLE") == "instructor":
     if os.environ.get("ATTN_COURSE_DIR"):
         c.CourseDirectory.root = os.environ["ATTN_COURSE_DIR"]
+    # The course's collect (autograder/collect.py), as the course's nbgrader_config.py sets it,
+    # also for a course directory copied before it existed.
+    c.ExchangeFactory.collect = "autograder.collect.CheckedCollect"
 elif os.environ.get("ATTN_STUDENT_ID"):
     # Servers that share one OS account (the demo's SimpleLocalProcessSpawner) submit under the
     # hub user's name. With one account per user, or as `jovyan` on Kubernetes (nbgrader then
     # reads JUPYTERHUB_USER itself), this is not needed.
     c.CourseDirectory.student_id = os.environ["ATTN_STUDENT_ID"]
 
-# nbgrader collect warns when a submission's files are not owned by an account of the same name;
+# Collecting sets aside a submission whose files are not owned by an account of the same name;
 # that cannot hold when every server runs as one account (the demo, or `jovyan` on Kubernetes).
 if os.environ.get("ATTN_CHECK_OWNER") == "0":
     c.ExchangeCollect.check_owner = False

@@ -1,0 +1,292 @@
+"""nbgrader's ``collect``, taking from its exchange only what students' own ``submit`` put there.
+
+nbgrader's exchange keeps submissions in ``inbound``, a folder every student can write to. Its
+``collect`` (the command, and formgrader's *Collect* button) takes a submission's student id and
+time from the name of an entry there, copies the entry as the instructor's account with
+``shutil.copytree`` — which follows symbolic links — and only *warns* when the entry's owner is
+not the account it names. So a student writing there by hand could have the instructor's own
+solutions (a link to them) collected as their submission; submit in another student's name, at a
+later time, so that the other student is graded on it; and stop the collection of the whole class
+with one entry that is not a folder, a name that holds no time, a named pipe, or a sparse file
+larger than nbgrader's ``max_dir_size``.
+
+:class:`CheckedCollect` is nbgrader's collect with those closed. An entry is set aside — named in
+the log with the reason, and the student's earlier collected submission, if any, kept — when its
+name holds no time or an id grading refuses (:func:`autograder.submission.name_problems`), when
+it is not a folder (a link to one is not), when ``ExchangeCollect.check_owner`` is on and it, or
+anything in it, is not owned by the account it names, and when it holds anything but regular
+files and folders, more than :data:`autograder.submission.MAX_FILES` entries, folders nested
+deeper than :data:`MAX_DEPTH`, or more bytes than nbgrader's ``max_dir_size``. Entries are set
+aside before the latest of each student is chosen, so a forged later one hides nothing. The copy
+opens every folder and file relative to its parent's descriptor without following links, so what
+is checked is what is copied even while the student changes the entry; it goes to a folder beside
+the destination, which replaces the earlier submission only when complete. Files larger than
+``max_file_size`` and names matching ``CourseDirectory.ignore``/``include`` are left out, as
+nbgrader leaves them out.
+
+The course's ``nbgrader_config.py`` selects it (``ExchangeFactory.collect``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+
+from nbgrader.exchange.default.collect import ExchangeCollect, groupby
+from nbgrader.utils import check_mode, parse_utc
+
+from autograder.submission import MAX_FILES, Refused, kind, name_problems, shown
+
+MAX_DEPTH = 16  # folders inside a submission, one in another
+_CHUNK = 2**20
+
+
+class CheckedCollect(ExchangeCollect):
+    """nbgrader's ``ExchangeCollect`` that collects only students' own submissions (see module)."""
+
+    def init_src(self) -> None:
+        if self.coursedir.course_id == "":
+            self.fail("No course id specified. Re-run with --course flag.")
+        self.course_path = os.path.join(self.root, self.coursedir.course_id)
+        self.inbound_path = os.path.join(self.course_path, "inbound")
+        if not os.path.isdir(self.inbound_path):
+            self.fail(f"Course not found: {self.inbound_path}")
+        if not check_mode(self.inbound_path, read=True, execute=True):
+            self.fail(f"You don't have read permissions for the directory: {self.inbound_path}")
+        student = self.coursedir.student_id or "*"
+        pattern = os.path.join(self.inbound_path, f"{student}+{self.coursedir.assignment_id}+*")
+        records = []
+        for path in sorted(glob.glob(pattern)):
+            try:
+                records.append(self._record(path))
+            except Refused as why:
+                self._set_aside(os.path.basename(path), why)
+        self.duedate = self._duedate()
+        # each student's entries in the order they are tried: nbgrader's choice first, then the
+        # others, newest first (one that cannot be copied does not hide an older one)
+        self.candidates = [self._in_turn(v) for v in groupby(records, _student).values()]
+        self.src_records = [entries[0] for entries in self.candidates]
+
+    def _record(self, path: str) -> dict:
+        """nbgrader's record of an ``inbound`` entry, or :class:`Refused` saying why it is none."""
+        name = os.path.basename(path)
+        parts = name.rsplit("+", 3)
+        if len(parts) < 3:
+            raise Refused("the name is not STUDENT+ASSIGNMENT+TIME[+RANDOM]")
+        student = parts[0]
+        try:
+            timestamp = parse_utc(parts[2])
+        except (ValueError, OverflowError):
+            raise Refused(f"the name holds no time ({shown(parts[2])!r})") from None
+        found = name_problems(student)
+        if found:
+            raise Refused(found[0])
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode):
+            raise Refused(f"it is {kind(info.st_mode)}, not a folder")
+        if self.check_owner:
+            _owned_by(info, student, "it")
+        return {"username": student, "filename": name, "timestamp": timestamp}
+
+    def _duedate(self):
+        from nbgrader.api import Gradebook, MissingEntry
+
+        with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+            try:
+                return gb.find_assignment(self.coursedir.assignment_id).duedate
+            except MissingEntry:
+                return None
+
+    def _in_turn(self, records: list[dict]) -> list[dict]:
+        """A student's entries, newest first, but (with ``--before-duedate``) the newest before
+        the due date first, as nbgrader chooses."""
+        records = self._sort_by_timestamp(records)
+        if self.duedate is not None and self.before_duedate:
+            early = [r for r in records if r["timestamp"] <= self.duedate]
+            if early:
+                records = [early[0], *(r for r in records if r is not early[0])]
+        return records
+
+    def copy_files(self) -> None:
+        assignment, course = self.coursedir.assignment_id, self.coursedir.course_id
+        if not self.src_records:
+            self.log.warning(f"No submissions of '{assignment}' for course '{course}' to collect")
+            return
+        self.log.info(
+            f"Processing {len(self.src_records)} submissions of '{assignment}' for course "
+            f"'{course}'"
+        )
+        for entries in self.candidates:
+            for record in entries:
+                try:
+                    self._collect(record)
+                    break
+                except Refused as why:
+                    self._set_aside(record["filename"], why)
+
+    def _collect(self, record: dict) -> None:
+        """Copy one entry into ``submitted/``, in place of an older one (nbgrader's rules)."""
+        student, assignment = record["username"], self.coursedir.assignment_id
+        dest = self.coursedir.format_path(self.coursedir.submitted_directory, student, assignment)
+        if os.path.isdir(dest):
+            existing = self.coursedir.get_existing_timestamp(dest)
+            newer = existing is None or record["timestamp"] > existing
+            other = self.before_duedate and existing != record["timestamp"]
+            if not ((self.update and newer) or other):
+                said = "No newer submission to collect" if self.update else (
+                    "Submission already exists, use --update to update"
+                )  # fmt: skip
+                self.log.info(f"{said}: {student} {assignment}")
+                return
+            self.log.info(f"Updating submission: {student} {assignment}")
+        else:
+            self.log.info(f"Collecting submission: {student} {assignment}")
+        submitted = os.path.join(self.coursedir.root, self.coursedir.submitted_directory)
+        os.makedirs(submitted, exist_ok=True)
+        part = tempfile.mkdtemp(prefix=f".collecting-{assignment}-", dir=submitted)
+        try:
+            owner = student if self.check_owner else None
+            src = os.path.join(self.inbound_path, record["filename"])
+            limits = self._limits()
+            _copy_entry(src, os.path.join(part, "copy"), owner, limits)
+            for note in limits.left_out:
+                self.log.warning(f"Left out of {shown(record['filename'])}: {note}")
+            if os.path.isdir(dest):
+                shutil.rmtree(dest)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(os.path.join(part, "copy"), dest)
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
+
+    def _limits(self) -> _Limits:
+        c = self.coursedir
+        return _Limits(1000 * c.max_dir_size, 1000 * c.max_file_size, c.ignore, c.include)
+
+    def _set_aside(self, name: str, why: Refused) -> None:
+        self.log.error(f"Not collected: {shown(name)}: {why}")
+
+
+def _student(record: dict) -> str:
+    return record["username"]
+
+
+def _owned_by(info: os.stat_result, student: str, what: str) -> None:
+    """:class:`Refused` unless ``info`` (an ``lstat``/``fstat``) is of the account ``student``."""
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {info.st_uid}, no account"
+    if owner != student:
+        raise Refused(f"{what} is owned by {owner}, not by the account {student} it is named for")
+
+
+@dataclass
+class _Limits:
+    """What one submission may hold, and what of it is not copied (nbgrader's settings)."""
+
+    max_bytes: int  # in all (max_dir_size)
+    max_file: int  # a larger file is left out (max_file_size)
+    ignore: list[str]
+    include: list[str]
+    entries: int = 0  # seen so far
+    copied: int = 0  # bytes, so far
+    left_out: list[str] = field(default_factory=list)  # what was not copied, and why
+
+    def skipped(self, name: str, is_file: bool) -> bool:
+        """nbgrader's ``ignore_patterns``: an ignored name, or a file no ``include`` glob keeps."""
+        if any(fnmatch(name, pattern) for pattern in self.ignore):
+            return True
+        return is_file and not any(fnmatch(name, pattern) for pattern in self.include)
+
+    def count(self) -> None:
+        self.entries += 1
+        if self.entries > MAX_FILES:
+            raise Refused(f"it holds more than {MAX_FILES} files")
+
+    def take(self, size: int) -> None:
+        """Count ``size`` more bytes copied."""
+        self.copied += size
+        if self.copied > self.max_bytes:
+            raise Refused(f"it holds more than {self.max_bytes // 10**6} MB (max_dir_size)")
+
+
+def _copy_entry(src: str, dest: str, owner: str | None, limits: _Limits) -> None:
+    """Copy the folder ``src`` to ``dest`` (new), never through a link; :class:`Refused` if
+    anything in it is not a regular file or folder (of ``owner``, when given) or over a limit."""
+    try:
+        top = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as error:
+        raise Refused(f"it cannot be opened as a folder ({error.strerror})") from None
+    try:
+        _copy_folder(top, dest, "", owner, limits)
+    except OSError as error:
+        raise Refused(f"it cannot be copied ({error.strerror})") from None
+    finally:
+        os.close(top)
+
+
+def _copy_folder(fd: int, dest: str, rel: str, owner: str | None, limits: _Limits) -> None:
+    if owner is not None:
+        _owned_by(os.fstat(fd), owner, rel or "it")
+    if rel.count("/") >= MAX_DEPTH:
+        raise Refused(f"{shown(rel)}: folders nested more than {MAX_DEPTH} deep")
+    os.mkdir(dest)
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            name = entry.name
+            path = f"{rel}/{name}" if rel else name
+            limits.count()
+            if shown(name) != name:
+                raise Refused(f"{shown(path)}: the name is not valid UTF-8")
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if limits.skipped(name, stat.S_ISREG(mode)):
+                continue
+            if stat.S_ISDIR(mode):
+                child = _open(name, fd, os.O_DIRECTORY, path)
+                try:
+                    _copy_folder(child, os.path.join(dest, name), path, owner, limits)
+                finally:
+                    os.close(child)
+            elif stat.S_ISREG(mode):
+                _copy_file(name, fd, os.path.join(dest, name), path, owner, limits)
+            else:
+                raise _not_allowed(path, mode)
+
+
+def _not_allowed(path: str, mode: int) -> Refused:
+    return Refused(f"{shown(path)} is {kind(mode)}; a submission holds only files and folders")
+
+
+def _open(name: str, fd: int, flags: int, path: str) -> int:
+    """``name`` in the folder ``fd``, opened without following a link (one put there since it
+    was looked at included)."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | flags, dir_fd=fd)
+    except OSError as error:
+        raise Refused(f"{shown(path)} cannot be opened ({error.strerror})") from None
+
+
+def _copy_file(name: str, fd: int, dest: str, path: str, owner: str | None, limits: _Limits):
+    src = _open(name, fd, 0, path)
+    try:
+        info = os.fstat(src)
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_allowed(path, info.st_mode)
+        if owner is not None:
+            _owned_by(info, owner, shown(path))
+        if info.st_size > limits.max_file:  # left out, as nbgrader's own copy leaves it out
+            mb = limits.max_file // 10**6
+            limits.left_out.append(f"{shown(path)} is larger than {mb} MB (max_file_size)")
+            return
+        with open(dest, "xb") as out:
+            while chunk := os.read(src, min(_CHUNK, limits.max_bytes - limits.copied + 1)):
+                limits.take(len(chunk))
+                out.write(chunk)
+    finally:
+        os.close(src)

@@ -1,0 +1,305 @@
+"""nbgrader's exchange, as a student who writes into it by hand sees it: collected, then graded.
+
+nbgrader's ``inbound`` folder is writable by every student. ``nbgrader collect`` (and formgrader's
+*Collect* button) takes a submission's student id and time from the name of what is there and
+copies it as the instructor's account. Here a class submits lesson 01 with the real ``nbgrader
+submit``; beside the honest submissions an attacker puts entries there by hand: one holding a link
+to the instructor's solutions, a link in place of the folder, a named pipe, a sparse file, a plain
+file, a name that is no submission's, too many files, folders too deep, an id that is markup —
+and, as root (files owned by the accounts every Debian system has: ``daemon`` and ``sys`` submit,
+``bin`` attacks), a submission in someone else's name that claims a later time, and one holding a
+file of another account. The instructor collects with the course's ``nbgrader_config.py`` and
+grades with ``attn-grade batch``. Every honest student must be collected as they submitted and keep
+every point; every hand-made entry must be named in collect's log with why it was not collected;
+nothing of it may reach ``submitted/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import nbformat
+import pytest
+from course import BIN, env, make_course, nbgrader
+from nbgrader.api import Gradebook
+from test_grade_students import student_notebook
+
+from autograder import submission, view
+
+LESSON = "01-scoring"
+COURSE = "attention"
+FUTURE = "2099-01-01 00:00:00.000000 UTC"  # a time no honest submission has yet
+ROOT = os.geteuid() == 0
+MAX_FILE_KB, MAX_DIR_KB = 1000, 2000  # nbgrader's limits for the class sharing one account
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.lesson01,
+    pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
+]
+
+
+def _entry(inbound: Path, student: str, when: str = FUTURE, tail: str = "handmade") -> Path:
+    """A folder in ``inbound`` named as ``nbgrader submit`` names one, holding a notebook."""
+    folder = inbound / f"{student}+{LESSON}+{when}+{tail}"
+    folder.mkdir()
+    nbformat.write(student_notebook(LESSON, "release"), folder / f"{LESSON}.ipynb")
+    (folder / "timestamp.txt").write_text(when)
+    return folder
+
+
+def _solution(course: Path) -> Path:
+    return course / "solutions" / LESSON / f"{LESSON}.ipynb"
+
+
+def _link_to_solutions(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "link-inside")
+    (folder / f"{LESSON}.ipynb").unlink()
+    os.symlink(_solution(course), folder / f"{LESSON}.ipynb")
+    return folder
+
+
+def _folder_is_a_link(inbound: Path, course: Path) -> Path:
+    folder = inbound / f"link-folder+{LESSON}+{FUTURE}+handmade"
+    os.symlink(_solution(course).parent, folder)
+    return folder
+
+
+def _named_pipe(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "pipe")
+    os.mkfifo(folder / "data.csv")
+    return folder
+
+
+def _sparse_file(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "sparse")
+    with open(folder / "weights.bin", "wb") as f:
+        f.truncate(4 * 2**30)  # 4 GiB that take no disk
+    return folder
+
+
+def _too_much(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "too-much")
+    for n in range(3):  # each under max_file_size, together over max_dir_size
+        with open(folder / f"part{n}.bin", "wb") as f:
+            f.truncate(MAX_FILE_KB * 900)
+    return folder
+
+
+def _plain_file(inbound: Path, course: Path) -> Path:
+    path = inbound / f"plain-file+{LESSON}+{FUTURE}+handmade"
+    path.write_text("not a folder")
+    return path
+
+
+def _no_time(inbound: Path, course: Path) -> Path:
+    return _entry(inbound, "no-time", when="yesterday")
+
+
+def _many_files(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "many-files")
+    for n in range(submission.MAX_FILES + 1):
+        (folder / f"f{n}.txt").write_text("x")
+    return folder
+
+
+def _deep(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "deep")
+    (folder / "/".join(["d"] * 40)).mkdir(parents=True)
+    return folder
+
+
+def _in_someone_elses_name(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "honest-b")  # later than honest-b's own submission
+    os.mkfifo(folder / "data.csv")
+    return folder
+
+
+def _markup_id(inbound: Path, course: Path) -> Path:
+    return _entry(inbound, 'x"<b>')
+
+
+# name -> (how the attacker plants it, what collect's log must say of it)
+ATTACKS = {
+    "link-inside": (_link_to_solutions, "symbolic link"),
+    "link-folder": (_folder_is_a_link, "symbolic link"),
+    "pipe": (_named_pipe, "named pipe"),
+    "sparse": (_sparse_file, "max_file_size"),  # the file is left out, as nbgrader leaves it out
+    "too-much": (_too_much, "max_dir_size"),
+    "plain-file": (_plain_file, "not a folder"),
+    "no-time": (_no_time, "time"),
+    "many-files": (_many_files, f"more than {submission.MAX_FILES} files"),
+    "deep": (_deep, "deep"),
+    'x"<b>': (_markup_id, "formgrader"),
+    "in-honest-b's-name": (_in_someone_elses_name, "named pipe"),  # honest-b's own is collected
+}
+
+
+def _account(name: str) -> tuple[int, int]:
+    entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _chown_tree(path: Path, owner: str) -> None:
+    uid, gid = _account(owner)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [*dirnames, *filenames]:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+    os.chown(path, uid, gid, follow_symlinks=False)
+
+
+def _submit(tmp: Path, exchange: Path, student: str) -> Path:
+    """``nbgrader submit`` of a right answer for ``student``, as a student's server runs it."""
+    home = tmp / "students" / student
+    (home / LESSON).mkdir(parents=True)
+    nbformat.write(student_notebook(LESSON, {}), home / LESSON / f"{LESSON}.ipynb")
+    done = subprocess.run(
+        [str(BIN / "nbgrader"), "submit", LESSON, "--course", COURSE,
+         f"--Exchange.root={exchange}", f"--CourseDirectory.student_id={student}"],
+        cwd=home, env=env(JUPYTER_DATA_DIR=str(home / ".data")), capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, f"nbgrader submit as {student}:\n{done.stderr}"
+    return home / LESSON / f"{LESSON}.ipynb"
+
+
+def _class(tmp: Path, honest: list[str], check_owner: bool):
+    """A course whose class submitted through the exchange, with the attacks beside, collected
+    and graded: (course, collect's log, {student: their notebook}, {attack: its entry})."""
+    course = make_course(tmp / "course", [LESSON])
+    exchange = tmp / "exchange"
+    exchange.mkdir()
+    exchange.chmod(0o777)  # as docs/instructors.md sets it up
+    flags = [f"--Exchange.root={exchange}", f"--ExchangeCollect.check_owner={check_owner}"]
+    if not check_owner:
+        flags += [f"--CourseDirectory.max_file_size={MAX_FILE_KB}",
+                  f"--CourseDirectory.max_dir_size={MAX_DIR_KB}"]  # fmt: skip
+    done = nbgrader(course, "release_assignment", LESSON, *flags[:1])
+    assert done.returncode == 0, done.stderr
+    inbound = exchange / COURSE / "inbound"
+    notebooks = {student: _submit(tmp, exchange, student) for student in honest}
+    planted = {}
+    if check_owner:
+        for student in honest:  # as if each had submitted from their own account
+            (entry,) = inbound.glob(f"{student}+{LESSON}+*")
+            _chown_tree(entry, student)
+        # bin, in daemon's name, at a later time than daemon's own submission
+        planted["forged"] = _entry(inbound, "daemon")
+        # bin's own submission, its notebook a file of another account (a hard link, where the
+        # kernel allows linking what one does not own)
+        planted["foreign-file"] = _entry(inbound, "bin")
+        for entry in planted.values():
+            _chown_tree(entry, "bin")
+        os.chown(planted["foreign-file"] / f"{LESSON}.ipynb", *_account("sys"))
+    else:
+        planted = {name: plant(inbound, course) for name, (plant, _) in ATTACKS.items()}
+    collect = nbgrader(course, "collect", LESSON, *flags, timeout=300)
+    return course, collect, notebooks, planted
+
+
+def _graded(course: Path) -> dict[str, float]:
+    """Each collected student's score from ``attn-grade batch``, as the gradebook has it."""
+    done = subprocess.run(
+        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json"],
+        cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    json.loads(done.stdout)  # the batch's report parses
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=COURSE) as gb:
+        return {s.student.id: s.score for s in gb.assignment_submissions(LESSON)}
+
+
+def _full(course: Path) -> float:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=COURSE) as gb:
+        return gb.find_assignment(LESSON).max_score
+
+
+@pytest.fixture(scope="module")
+def shared_account(tmp_path_factory):
+    """Every server as one account (the demo; ``jovyan`` on Kubernetes): ownership says nothing."""
+    return _class(tmp_path_factory.mktemp("collect-shared"), ["honest-a", "honest-b"], False)
+
+
+@pytest.fixture(scope="module")
+def own_accounts(tmp_path_factory):
+    """One account per student (a hub on one machine): what ownership can tell, as root."""
+    if not ROOT:
+        pytest.skip("needs root: the submissions are files of other accounts (daemon, sys, bin)")
+    return _class(tmp_path_factory.mktemp("collect-accounts"), ["daemon", "sys"], True)
+
+
+@pytest.mark.parametrize("setup", ["shared_account", "own_accounts"])
+def test_every_honest_student_is_collected_as_submitted_and_keeps_every_point(setup, request):
+    course, collect, notebooks, _ = request.getfixturevalue(setup)
+    assert collect.returncode == 0, f"collect failed for the whole class:\n{collect.stderr}"
+    for student, notebook in notebooks.items():
+        got = course / "submitted" / student / LESSON / f"{LESSON}.ipynb"
+        assert got.read_bytes() == notebook.read_bytes(), f"{student}'s submission is not theirs"
+    scores = _graded(course)
+    for student in notebooks:
+        assert scores.get(student) == _full(course), f"{student}: {scores}"
+
+
+@pytest.mark.parametrize("name", [*ATTACKS, "forged", "foreign-file"])
+def test_a_hand_made_entry_is_named_and_nothing_of_it_is_collected(name, request):
+    setup = "shared_account" if name in ATTACKS else "own_accounts"
+    course, collect, notebooks, planted = request.getfixturevalue(setup)
+    entry = planted[name]
+    said = [line for line in collect.stderr.splitlines() if entry.name in line]
+    assert said, f"collect's log does not name {entry.name}:\n{collect.stderr}"
+    why = ATTACKS[name][1] if name in ATTACKS else "owned by"
+    assert any(why in line for line in said), f"{entry.name}: {said}"
+    student = entry.name.split("+")[0]
+    if student in notebooks:  # the forged one: the student keeps their own submission
+        return
+    if name == "sparse":  # collected without the file over max_file_size
+        got = course / "submitted" / student / LESSON
+        assert sorted(p.name for p in got.iterdir()) == [f"{LESSON}.ipynb", "timestamp.txt"]
+        return
+    assert not (course / "submitted" / student).exists(), f"{name} was collected"
+
+
+def test_nothing_collected_is_a_link_or_anything_but_files_and_folders(shared_account):
+    course = shared_account[0]
+    for dirpath, dirnames, filenames in os.walk(course / "submitted"):
+        for name in [*dirnames, *filenames]:
+            mode = os.lstat(os.path.join(dirpath, name)).st_mode
+            assert stat.S_ISREG(mode) or stat.S_ISDIR(mode), f"{dirpath}/{name}: {mode:o}"
+
+
+@pytest.mark.parametrize("swapped", ["file", "folder"])
+def test_what_is_swapped_for_a_link_after_it_was_looked_at_is_not_followed(
+    swapped, tmp_path, monkeypatch
+):
+    """The student owns their entry and can change it while it is copied: a file or folder
+    replaced by a link between being listed and being opened is refused, never read through."""
+    from autograder import collect
+
+    secret = tmp_path / "instructor-only.txt"
+    secret.write_text("the instructor's")
+    entry = tmp_path / "entry"
+    (entry / "data").mkdir(parents=True)
+    (entry / "notes.txt").write_text("mine")
+    target = "notes.txt" if swapped == "file" else "data"
+    real_open = collect._open
+
+    def swap_then_open(name, fd, flags, path):
+        if name == target:
+            victim = entry / name
+            shutil.rmtree(victim) if victim.is_dir() else victim.unlink()
+            victim.symlink_to(secret if swapped == "file" else tmp_path)
+        return real_open(name, fd, flags, path)
+
+    monkeypatch.setattr(collect, "_open", swap_then_open)
+    limits = collect._Limits(10**6, 10**6, [], ["*"])
+    with pytest.raises(submission.Refused, match=f"{target} cannot be opened"):
+        collect._copy_entry(str(entry), str(tmp_path / "copy"), None, limits)
+    copied = [p.read_text() for p in (tmp_path / "copy").rglob("*") if p.is_file()]
+    assert "the instructor's" not in copied
