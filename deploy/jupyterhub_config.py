@@ -147,9 +147,53 @@ c.Spawner.cpu_limit = float(_env("ATTN_HUB_CPU_LIMIT", "1"))
 if SPAWNER == "simple" and os.geteuid() == 0:
     c.Spawner.args = ["--ServerApp.allow_root=True"]
 
-# nbgrader's exchange: one directory every user can write to (nbgrader's own layout inside).
+# nbgrader's exchange: one directory every user can write to (nbgrader's own layout inside),
+# sticky like /tmp, so that nobody can rename or remove what another user made there. Whoever owns
+# the course's folder in it decides what students fetch and can read and remove what they submit,
+# so the hub makes that folder for the instructor before any student could make it.
 EXCHANGE.mkdir(parents=True, exist_ok=True)
-os.chmod(EXCHANGE, 0o777)
+os.chmod(EXCHANGE, 0o1777)
+
+
+def _instructor_accounts():
+    """The accounts that may own the course's folder in the exchange: the instructors' (the
+    hub's own, when every server runs as it)."""
+    if SPAWNER == "simple":
+        return [pwd.getpwuid(os.geteuid())]
+    accounts = []
+    for name in INSTRUCTORS:
+        try:
+            accounts.append(pwd.getpwnam(name))
+        except KeyError:  # no account yet: nobody can log in as them either
+            pass
+    return accounts
+
+
+def _claim_course_folder(folder, accounts):
+    """Make ``folder`` for the first of ``accounts``; refuse to start if someone else has."""
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        if accounts:
+            folder.mkdir(mode=0o755)
+            os.chown(folder, accounts[0].pw_uid, accounts[0].pw_gid)
+        return
+    if os.path.isdir(folder) and not folder.is_symlink():
+        if info.st_uid in {a.pw_uid for a in accounts}:
+            return
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {info.st_uid}"
+    raise RuntimeError(
+        f"{folder} belongs to {owner}, not to an instructor of the course. Whoever owns it can "
+        "hand students notebooks of their own and read or remove what they submit. If it is a "
+        f"former instructor's, give it to an instructor (sudo chown -R NAME '{folder}'); if "
+        f"someone else made it, remove it (sudo rm -r '{folder}'). Then start the hub again."
+    )
+
+
+_claim_course_folder(EXCHANGE / COURSE_ID, _instructor_accounts())
 
 
 def _home(spawner):

@@ -7,10 +7,12 @@ promises; the hub config loads and does what the guide says. tests/test_hub.py r
 
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -259,11 +261,8 @@ def test_the_shared_config_gives_instructors_the_courses_collect(role, monkeypat
 
 def _load_hub_config(tmp_path, **env):
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ATTN_HUB_", "NBGRADER_"))}
-    base.update(
-        ATTN_HUB_STATE=str(tmp_path / "state"),
-        NBGRADER_EXCHANGE_ROOT=str(tmp_path / "exchange"),
-        **env,
-    )
+    base.update(ATTN_HUB_STATE=str(tmp_path / "state"))
+    base.update({"NBGRADER_EXCHANGE_ROOT": str(tmp_path / "exchange"), **env})
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(base)
@@ -286,9 +285,57 @@ def test_hub_config_defaults_are_for_a_real_class(tmp_path):
     }
     assert c.Authenticator.allowed_users == {"ada", "bo", "cy"}
     assert str(tmp_path / "state") in c.JupyterHub.db_url
-    assert (tmp_path / "exchange").stat().st_mode & 0o777 == 0o777, "the exchange is for everyone"
+    mode = (tmp_path / "exchange").stat().st_mode & 0o7777
+    assert mode == 0o1777, f"the exchange is for everyone, sticky as /tmp: {mode:o}"
     assert callable(c.Spawner.pre_spawn_hook)
     assert "services" not in c.JupyterHub, "no API token unless asked for"
+
+
+def _as_account(name: str, *command: str) -> subprocess.CompletedProcess:
+    """``command`` run as the account ``name`` (root only)."""
+    return subprocess.run(
+        ["setpriv", f"--reuid={name}", f"--regid={name}", "--clear-groups", *command],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder every account can reach (pytest's own temp folders are private to the user)."""
+    path = Path(tempfile.mkdtemp(prefix="attn-exchange-test-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the accounts daemon and bin act")
+def test_no_student_can_take_the_courses_folder_in_the_exchange(tmp_path, shared_dir):
+    """The hub makes the course's folder in the exchange for the instructor (daemon here), in a
+    sticky exchange: a student (bin) can neither move it aside to put one of their own in its
+    place nor remove it; one a student made first stops the hub, naming its owner."""
+    exchange = shared_dir / "exchange"
+    hub = {"ATTN_HUB_INSTRUCTORS": "daemon", "ATTN_HUB_STUDENTS": "bin"}
+    _load_hub_config(tmp_path, NBGRADER_EXCHANGE_ROOT=str(exchange), **hub)
+    course = exchange / COURSE_ID
+    assert course.stat().st_uid == pwd.getpwnam("daemon").pw_uid
+    assert course.stat().st_mode & 0o7777 == 0o755
+    made = _as_account("bin", "mkdir", str(exchange / "bins"))
+    assert made.returncode == 0, f"a student cannot write into the exchange: {made.stderr}"
+    taken = _as_account("bin", "mv", str(course), str(exchange / "taken"))
+    assert taken.returncode != 0 and course.is_dir(), taken
+    assert _as_account("bin", "rm", "-rf", str(course)).returncode != 0 and course.is_dir()
+    # another hub, whose exchange a student reached first
+    squat = shared_dir / "first" / COURSE_ID
+    squat.mkdir(parents=True)
+    bin_ = pwd.getpwnam("bin")
+    os.chown(squat, bin_.pw_uid, bin_.pw_gid)
+    with pytest.raises(RuntimeError, match="belongs to bin, not to an instructor"):
+        _load_hub_config(tmp_path, NBGRADER_EXCHANGE_ROOT=str(squat.parent), **hub)
+
+
+def test_the_demo_makes_the_courses_folder_for_the_hubs_own_account(tmp_path):
+    _load_hub_config(tmp_path, ATTN_HUB_AUTH="dummy", ATTN_HUB_SPAWNER="simple")
+    assert (tmp_path / "exchange" / COURSE_ID).stat().st_uid == os.geteuid()
 
 
 def test_hub_config_demo_mode_and_bad_choices(tmp_path):
