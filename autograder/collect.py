@@ -11,18 +11,20 @@ with one entry that is not a folder, a name that holds no time, a named pipe, or
 larger than nbgrader's ``max_dir_size``.
 
 :class:`CheckedCollect` is nbgrader's collect with those closed. An entry is set aside — named in
-the log with the reason, and the student's earlier collected submission, if any, kept — when its
-name holds no time or an id grading refuses (:func:`autograder.submission.name_problems`), when
-it is not a folder (a link to one is not), when ``ExchangeCollect.check_owner`` is on and it, or
+the log with the reason, the student's earlier collected submission, if any, kept — when its name
+holds no time or an id grading refuses (:func:`autograder.submission.name_problems`), when it is
+not a folder (a link to one is not), when ``ExchangeCollect.check_owner`` is on and it, or
 anything in it, is not owned by the account it names, and when it holds anything but regular
 files and folders, more than :data:`autograder.submission.MAX_FILES` entries, folders nested
-deeper than :data:`MAX_DEPTH`, or more bytes than nbgrader's ``max_dir_size``. Entries are set
-aside before the latest of each student is chosen, so a forged later one hides nothing. The copy
-opens every folder and file relative to its parent's descriptor without following links, so what
-is checked is what is copied even while the student changes the entry; it goes to a folder beside
-the destination, which replaces the earlier submission only when complete. Files larger than
-``max_file_size`` and names matching ``CourseDirectory.ignore``/``include`` are left out, as
-nbgrader leaves them out.
+deeper than :data:`MAX_DEPTH`, more bytes than nbgrader's ``max_dir_size`` or a ``timestamp.txt``
+nbgrader cannot read (its collect and autograde stop on one). Entries in someone else's name are
+set aside before the latest of each student is chosen, so a forged later one hides nothing; an
+entry that cannot be copied does not hide the student's older ones. The copy opens every folder
+and file relative to its parent's descriptor without following links, so what is checked is what
+is copied even while the student changes the entry; it goes to a folder beside the destination,
+which replaces the earlier submission only when complete. Files larger than ``max_file_size``
+and names matching ``CourseDirectory.ignore``/``include`` are left out, as nbgrader leaves them
+out. One student's entry never stops the collection of the others.
 
 The course's ``nbgrader_config.py`` selects it (``ExchangeFactory.collect``).
 """
@@ -37,11 +39,19 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
+from pathlib import Path
 
 from nbgrader.exchange.default.collect import ExchangeCollect, groupby
 from nbgrader.utils import check_mode, parse_utc
 
-from autograder.submission import MAX_FILES, Refused, kind, name_problems, shown
+from autograder.submission import (
+    MAX_FILES,
+    Refused,
+    kind,
+    name_problems,
+    shown,
+    timestamp_problems,
+)
 
 MAX_DEPTH = 16  # folders inside a submission, one in another
 _CHUNK = 2**20
@@ -87,7 +97,10 @@ class CheckedCollect(ExchangeCollect):
         found = name_problems(student)
         if found:
             raise Refused(found[0])
-        info = os.lstat(path)
+        try:
+            info = os.lstat(path)
+        except OSError as error:  # gone since it was listed, say
+            raise Refused(f"it cannot be read ({error.strerror})") from None
         if not stat.S_ISDIR(info.st_mode):
             raise Refused(f"it is {kind(info.st_mode)}, not a folder")
         if self.check_owner:
@@ -129,13 +142,17 @@ class CheckedCollect(ExchangeCollect):
                     break
                 except Refused as why:
                     self._set_aside(record["filename"], why)
+                except Exception as error:  # noqa: BLE001 — one student's, never the class's
+                    self._set_aside(record["filename"], Refused(f"{type(error).__name__}: {error}"))
 
     def _collect(self, record: dict) -> None:
         """Copy one entry into ``submitted/``, in place of an older one (nbgrader's rules)."""
         student, assignment = record["username"], self.coursedir.assignment_id
         dest = self.coursedir.format_path(self.coursedir.submitted_directory, student, assignment)
         if os.path.isdir(dest):
-            existing = self.coursedir.get_existing_timestamp(dest)
+            existing = None if timestamp_problems(Path(dest)) else (
+                self.coursedir.get_existing_timestamp(dest)
+            )  # fmt: skip
             newer = existing is None or record["timestamp"] > existing
             other = self.before_duedate and existing != record["timestamp"]
             if not ((self.update and newer) or other):
@@ -155,6 +172,9 @@ class CheckedCollect(ExchangeCollect):
             src = os.path.join(self.inbound_path, record["filename"])
             limits = self._limits()
             _copy_entry(src, os.path.join(part, "copy"), owner, limits)
+            found = timestamp_problems(Path(part) / "copy")
+            if found:
+                raise Refused(found[0])
             for note in limits.left_out:
                 self.log.warning(f"Left out of {shown(record['filename'])}: {note}")
             if os.path.isdir(dest):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 MAX_FILES = 200
 MAX_BYTES = 64 * 2**20  # of files beside the notebooks, in all
+TIMESTAMP = "timestamp.txt"  # when it was submitted, written by nbgrader submit; nbgrader reads it
+TIMESTAMP_BYTES = 64  # whole, on the instructor's side ("2026-11-29 03:00:00.123456 UTC": 30)
 # nbgrader's formgrader puts a student's id into its page of a submission as it is, in the text
 # of the page and in a double-quoted attribute: an id holding either of these would be HTML there
 MARKUP = '<"'
@@ -78,7 +80,32 @@ def problems(folder: Path, student_dir: Path | None = None) -> list[str]:
         if count > MAX_FILES:
             found.append(f"more than {MAX_FILES} files")
             break
-    return found
+    return found or timestamp_problems(folder)
+
+
+def timestamp_problems(folder: Path) -> list[str]:
+    """Why nbgrader could not read the submission time in ``folder`` (nothing, if none is there).
+
+    nbgrader reads a submission's ``timestamp.txt`` whole before anything else and stops on a
+    text that is no time (naming none of it to the student), and its collect then stops for the
+    whole class; ``nbgrader submit`` always writes one it can read.
+    """
+    path = Path(folder) / TIMESTAMP
+    if not os.path.lexists(path):
+        return []
+    try:
+        data = read(path, TIMESTAMP_BYTES)
+    except Refused:
+        return [f"{TIMESTAMP} holds more than {TIMESTAMP_BYTES} bytes, so no submission time"]
+    text = data.decode("utf-8", "replace").strip()
+    try:
+        from nbgrader.utils import parse_utc
+
+        if text:  # nbgrader reads an empty one as no time
+            parse_utc(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, OverflowError):
+        return [f"{TIMESTAMP} holds {text!r}, not a submission time (nbgrader submit writes one)"]
+    return []
 
 
 def kind(mode: int) -> str:

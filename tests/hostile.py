@@ -116,6 +116,10 @@ def _fifo(folder: Path, course: Path) -> None:
     os.mkfifo(folder / "data.csv")
 
 
+def _unreadable_time(folder: Path, course: Path) -> None:
+    (folder / "timestamp.txt").write_text("the day before the deadline")
+
+
 def _hidden_link(folder: Path, course: Path) -> None:
     (folder / "data").mkdir()
     os.symlink(course / "gradebook.db", folder / "data" / ".cache")
@@ -348,6 +352,9 @@ get_ipython().events.register("pre_run_cell", _forge)
                                 lost=REFUSED),
         "hides-a-link": Attack(2, "a dotfile link to the gradebook in a subfolder",
                                plant=_hidden_link, lost=REFUSED),
+        "claims-no-time": Attack(
+            2, "timestamp.txt holds no time: nbgrader stops on it, naming an AttributeError",
+            plant=_unreadable_time, lost=REFUSED),
         "execs-the-solutions": Attack(
             2, "runs the instructor's source notebook to get the reference softmax",
             cells={"softmax": f"""

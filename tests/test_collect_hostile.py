@@ -121,6 +121,12 @@ def _in_someone_elses_name(inbound: Path, course: Path) -> Path:
     return folder
 
 
+def _unreadable_time(inbound: Path, course: Path) -> Path:
+    folder = _entry(inbound, "bad-time-file")
+    (folder / "timestamp.txt").write_text("tomorrow")  # nbgrader stops on it at the next collect
+    return folder
+
+
 def _markup_id(inbound: Path, course: Path) -> Path:
     return _entry(inbound, 'x"<b>')
 
@@ -136,6 +142,7 @@ ATTACKS = {
     "no-time": (_no_time, "time"),
     "many-files": (_many_files, f"more than {submission.MAX_FILES} files"),
     "deep": (_deep, "deep"),
+    "bad-time-file": (_unreadable_time, "not a submission time"),
     'x"<b>': (_markup_id, "formgrader"),
     "in-honest-b's-name": (_in_someone_elses_name, "named pipe"),  # honest-b's own is collected
 }
