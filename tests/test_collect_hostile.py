@@ -206,6 +206,12 @@ def _class(tmp: Path, honest: list[str], check_owner: bool):
         os.chown(planted["foreign-file"] / f"{LESSON}.ipynb", *_account("sys"))
     else:
         planted = {name: plant(inbound, course) for name, (plant, _) in ATTACKS.items()}
+        # honest-a was collected before, by nbgrader's own collect, with a time it cannot read
+        # (on which nbgrader's --update stops for the whole class): the new one replaces it
+        earlier = course / "submitted" / honest[0] / LESSON
+        earlier.mkdir(parents=True)
+        (earlier / "timestamp.txt").write_text("garbage")
+        flags.append("--update")
     collect = nbgrader(course, "collect", LESSON, *flags, timeout=300)
     return course, collect, notebooks, planted
 
