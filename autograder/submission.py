@@ -8,7 +8,8 @@ and the grader reads files with ``O_NOFOLLOW``, never through a link. Folder and
 are not valid UTF-8 are refused the same way: nbgrader's gradebook and the reports could not
 spell them; so is a student folder whose name holds ``<`` or ``"``, which formgrader would put
 into the instructor's page as markup (nbgrader takes a student's id from the name of the file a
-student puts into its exchange).
+student puts into its exchange). So is a ``timestamp.txt`` that holds no time nbgrader can read:
+nbgrader reads it before anything else and stops on it.
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def _class(tmp: Path, honest: list[str], check_owner: bool):
     course = make_course(tmp / "course", [LESSON])
     exchange = tmp / "exchange"
     exchange.mkdir()
-    exchange.chmod(0o777)  # as docs/instructors.md sets it up
+    exchange.chmod(0o1777)  # as the hub makes it (deploy/jupyterhub_config.py)
     flags = [f"--Exchange.root={exchange}", f"--ExchangeCollect.check_owner={check_owner}"]
     if not check_owner:
         flags += [f"--CourseDirectory.max_file_size={MAX_FILE_KB}",
