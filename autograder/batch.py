@@ -217,7 +217,9 @@ def _run(
         shown = submission.shown(name)
         found = submission.problems(folder, folder.parent)
         if found:
-            results.append(StudentResult(shown, "refused", error="; ".join(found)))
+            results.append(
+                StudentResult(submission.printable(name), "refused", error="; ".join(found))
+            )
             continue
         stamp = stamp_of(folder)
         if journal.done(shown, stamp) and _autograded_exists(app.coursedir, lesson, name):

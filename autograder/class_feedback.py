@@ -127,7 +127,7 @@ def write_feedback(
     for name in students:
         found = submission.name_problems(name)
         if found:
-            results.append(FeedbackResult(submission.shown(name), "refused", error=found[0]))
+            results.append(FeedbackResult(submission.printable(name), "refused", error=found[0]))
         else:
             todo.append(name)
     if todo:

@@ -49,11 +49,13 @@ from autograder.submission import (
     Refused,
     kind,
     name_problems,
+    printable,
     shown,
     timestamp_problems,
 )
 
 MAX_DEPTH = 16  # folders inside a submission, one in another
+TRIES = 5  # a student's newest entries tried, one after another, until one can be collected
 _CHUNK = 2**20
 
 
@@ -93,7 +95,7 @@ class CheckedCollect(ExchangeCollect):
         try:
             timestamp = parse_utc(parts[2])
         except (ValueError, OverflowError):
-            raise Refused(f"the name holds no time ({shown(parts[2])!r})") from None
+            raise Refused(f"the name holds no time ({printable(parts[2])!r})") from None
         found = name_problems(student)
         if found:
             raise Refused(found[0])
@@ -136,7 +138,7 @@ class CheckedCollect(ExchangeCollect):
             f"'{course}'"
         )
         for entries in self.candidates:
-            for record in entries:
+            for record in entries[:TRIES]:
                 try:
                     self._collect(record)
                     break
@@ -144,6 +146,11 @@ class CheckedCollect(ExchangeCollect):
                     self._set_aside(record["filename"], why)
                 except Exception as error:  # noqa: BLE001 — one student's, never the class's
                     self._set_aside(record["filename"], Refused(f"{type(error).__name__}: {error}"))
+            else:
+                if entries[TRIES:]:
+                    older = ", ".join(printable(r["filename"]) for r in entries[TRIES:])
+                    self.log.error(f"Not tried, as {TRIES} newer ones of the same student were not "
+                                   f"collected: {older}")  # fmt: skip
 
     def _collect(self, record: dict) -> None:
         """Copy one entry into ``submitted/``, in place of an older one (nbgrader's rules)."""
@@ -176,7 +183,7 @@ class CheckedCollect(ExchangeCollect):
             if found:
                 raise Refused(found[0])
             for note in limits.left_out:
-                self.log.warning(f"Left out of {shown(record['filename'])}: {note}")
+                self.log.warning(f"Left out of {printable(record['filename'])}: {note}")
             if os.path.isdir(dest):
                 shutil.rmtree(dest)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -189,7 +196,7 @@ class CheckedCollect(ExchangeCollect):
         return _Limits(1000 * c.max_dir_size, 1000 * c.max_file_size, c.ignore, c.include)
 
     def _set_aside(self, name: str, why: Refused) -> None:
-        self.log.error(f"Not collected: {shown(name)}: {why}")
+        self.log.error(f"Not collected: {printable(name)}: {why}")
 
 
 def _student(record: dict) -> str:
@@ -229,11 +236,15 @@ class _Limits:
         if self.entries > MAX_FILES:
             raise Refused(f"it holds more than {MAX_FILES} files")
 
-    def take(self, size: int) -> None:
-        """Count ``size`` more bytes copied."""
-        self.copied += size
-        if self.copied > self.max_bytes:
+    def fits(self, size: int) -> None:
+        """:class:`Refused` unless ``size`` more bytes fit."""
+        if self.copied + size > self.max_bytes:
             raise Refused(f"it holds more than {self.max_bytes // 10**6} MB (max_dir_size)")
+
+    def take(self, size: int) -> None:
+        """Count ``size`` more bytes copied (a file may grow while it is read)."""
+        self.fits(size)
+        self.copied += size
 
 
 def _copy_entry(src: str, dest: str, owner: str | None, limits: _Limits) -> None:
@@ -255,7 +266,7 @@ def _copy_folder(fd: int, dest: str, rel: str, owner: str | None, limits: _Limit
     if owner is not None:
         _owned_by(os.fstat(fd), owner, rel or "it")
     if rel.count("/") >= MAX_DEPTH:
-        raise Refused(f"{shown(rel)}: folders nested more than {MAX_DEPTH} deep")
+        raise Refused(f"{printable(rel)}: folders nested more than {MAX_DEPTH} deep")
     os.mkdir(dest)
     with os.scandir(fd) as entries:
         for entry in entries:
@@ -263,7 +274,7 @@ def _copy_folder(fd: int, dest: str, rel: str, owner: str | None, limits: _Limit
             path = f"{rel}/{name}" if rel else name
             limits.count()
             if shown(name) != name:
-                raise Refused(f"{shown(path)}: the name is not valid UTF-8")
+                raise Refused(f"{printable(path)}: the name is not valid UTF-8")
             mode = entry.stat(follow_symlinks=False).st_mode
             if limits.skipped(name, stat.S_ISREG(mode)):
                 continue
@@ -280,7 +291,7 @@ def _copy_folder(fd: int, dest: str, rel: str, owner: str | None, limits: _Limit
 
 
 def _not_allowed(path: str, mode: int) -> Refused:
-    return Refused(f"{shown(path)} is {kind(mode)}; a submission holds only files and folders")
+    return Refused(f"{printable(path)} is {kind(mode)}; a submission holds only files and folders")
 
 
 def _open(name: str, fd: int, flags: int, path: str) -> int:
@@ -289,7 +300,7 @@ def _open(name: str, fd: int, flags: int, path: str) -> int:
     try:
         return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | flags, dir_fd=fd)
     except OSError as error:
-        raise Refused(f"{shown(path)} cannot be opened ({error.strerror})") from None
+        raise Refused(f"{printable(path)} cannot be opened ({error.strerror})") from None
 
 
 def _copy_file(name: str, fd: int, dest: str, path: str, owner: str | None, limits: _Limits):
@@ -299,11 +310,12 @@ def _copy_file(name: str, fd: int, dest: str, path: str, owner: str | None, limi
         if not stat.S_ISREG(info.st_mode):
             raise _not_allowed(path, info.st_mode)
         if owner is not None:
-            _owned_by(info, owner, shown(path))
+            _owned_by(info, owner, printable(path))
         if info.st_size > limits.max_file:  # left out, as nbgrader's own copy leaves it out
             mb = limits.max_file // 10**6
-            limits.left_out.append(f"{shown(path)} is larger than {mb} MB (max_file_size)")
+            limits.left_out.append(f"{printable(path)} is larger than {mb} MB (max_file_size)")
             return
+        limits.fits(info.st_size)  # a sparse file over the limit is never read
         with open(dest, "xb") as out:
             while chunk := os.read(src, min(_CHUNK, limits.max_bytes - limits.copied + 1)):
                 limits.take(len(chunk))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,10 +38,23 @@ def shown(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
+def printable(name: str) -> str:
+    """``shown(name)`` with control characters and line breaks escaped (``\\n``, ``\\x1b``), so
+    a name cannot start a line of its own in a log or report, or move the terminal's cursor."""
+    return "".join(repr(c)[1:-1] if _breaks_lines(c) else c for c in shown(name))
+
+
+def _breaks_lines(c: str) -> bool:
+    return unicodedata.category(c) in ("Cc", "Zl", "Zp")
+
+
 def name_problems(student: str) -> list[str]:
     """Why a student folder's name cannot be graded under (nbgrader globs and strips it)."""
     if shown(student) != student:
         return [f"the student folder's name ({shown(student)}) is not valid UTF-8"]
+    if any(_breaks_lines(c) for c in student):
+        return [f"the student folder's name ({printable(student)}) holds a control character "
+                "or line break, which logs and reports would print as something else"]  # fmt: skip
     if student != student.strip():
         return [f"the student folder's name ({student}) begins or ends with a space"]
     if any(c in student for c in "*?[]"):

@@ -570,4 +570,5 @@ def softmax(x, axis=-1):
 
 ODD_NAMES = ["José Núñez", "o'brien", "a b", "日本語"]  # graded as any other
 # not UTF-8; an nbgrader glob; HTML that formgrader would put into its page: refused
-UNGRADABLE_NAMES = [b"stud\xffent", b"[x]*?", b'x" onmouseover="window.ATTN_PWNED=1" <b>']
+UNGRADABLE_NAMES = [b"stud\xffent", b"[x]*?", b'x" onmouseover="window.ATTN_PWNED=1" <b>',
+                    b"two\nlines"]  # fmt: skip

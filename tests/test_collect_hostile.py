@@ -30,7 +30,9 @@ from course import BIN, env, make_course, nbgrader
 from nbgrader.api import Gradebook
 from test_grade_students import student_notebook
 
+from autograder import collect as collect_module
 from autograder import submission, view
+from autograder.submission import printable
 
 LESSON = "01-scoring"
 COURSE = "attention"
@@ -127,6 +129,21 @@ def _unreadable_time(inbound: Path, course: Path) -> Path:
     return folder
 
 
+FAKE_LINE = "[CollectApp | INFO] Collecting submission: honest-a 01-scoring"
+
+
+def _line_in_its_id(inbound: Path, course: Path) -> Path:
+    return _entry(inbound, f"x\n{FAKE_LINE}\r")  # a line of the log of its own, if printed
+
+
+def _many_tries(inbound: Path, course: Path) -> Path:
+    """Seven entries of one student, each holding a named pipe: five are tried, newest first."""
+    for n in range(7):
+        folder = _entry(inbound, "many-tries", when=f"2098-01-0{n + 1} 00:00:00.000000 UTC")
+        os.mkfifo(folder / "data.csv")
+    return folder  # the newest
+
+
 def _markup_id(inbound: Path, course: Path) -> Path:
     return _entry(inbound, 'x"<b>')
 
@@ -144,6 +161,8 @@ ATTACKS = {
     "deep": (_deep, "deep"),
     "bad-time-file": (_unreadable_time, "not a submission time"),
     'x"<b>': (_markup_id, "formgrader"),
+    "line-in-its-id": (_line_in_its_id, "control character or line break"),
+    "many-tries": (_many_tries, "named pipe"),
     "in-honest-b's-name": (_in_someone_elses_name, "named pipe"),  # honest-b's own is collected
 }
 
@@ -265,7 +284,7 @@ def test_a_hand_made_entry_is_named_and_nothing_of_it_is_collected(name, request
     setup = "shared_account" if name in ATTACKS else "own_accounts"
     course, collect, notebooks, planted = request.getfixturevalue(setup)
     entry = planted[name]
-    said = [line for line in collect.stderr.splitlines() if entry.name in line]
+    said = [line for line in collect.stderr.splitlines() if printable(entry.name) in line]
     assert said, f"collect's log does not name {entry.name}:\n{collect.stderr}"
     why = ATTACKS[name][1] if name in ATTACKS else "owned by"
     assert any(why in line for line in said), f"{entry.name}: {said}"
@@ -277,6 +296,36 @@ def test_a_hand_made_entry_is_named_and_nothing_of_it_is_collected(name, request
         assert sorted(p.name for p in got.iterdir()) == [f"{LESSON}.ipynb", "timestamp.txt"]
         return
     assert not (course / "submitted" / student).exists(), f"{name} was collected"
+
+
+def test_no_name_makes_a_line_of_the_log_of_its_own(shared_account):
+    """(The command's log indents the lines of a message after its first; formgrader's page
+    of the log does not.) honest-a's real line says "Updating", as it was collected before."""
+    collect = shared_account[1]
+    assert not [line for line in collect.stderr.splitlines() if line.lstrip().startswith(FAKE_LINE)]
+
+
+def test_a_student_with_many_entries_that_cannot_be_collected_costs_five_tries(shared_account):
+    collect = shared_account[1]
+    lines = collect.stderr.splitlines()
+    tried = [
+        line for line in lines if line.startswith("[CollectApp | ERROR] Not collected: many-tries+")
+    ]
+    assert len(tried) == collect_module.TRIES == 5, tried
+    assert tried[0].split("+")[2].startswith("2098-01-07"), "the newest first"
+    (untried,) = [line for line in lines if "Not tried" in line]
+    assert "2098-01-02" in untried and "2098-01-01" in untried, untried
+
+
+def test_a_sparse_file_over_the_limit_is_refused_unread(tmp_path):
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    with open(entry / "weights.bin", "wb") as f:
+        f.truncate(3 * 10**6)
+    limits = collect_module._Limits(2 * 10**6, 10 * 10**6, [], ["*"])
+    with pytest.raises(submission.Refused, match="more than 2 MB"):
+        collect_module._copy_entry(str(entry), str(tmp_path / "copy"), None, limits)
+    assert limits.copied == 0
 
 
 def test_nothing_collected_is_a_link_or_anything_but_files_and_folders(shared_account):
@@ -293,8 +342,7 @@ def test_what_is_swapped_for_a_link_after_it_was_looked_at_is_not_followed(
 ):
     """The student owns their entry and can change it while it is copied: a file or folder
     replaced by a link between being listed and being opened is refused, never read through."""
-    from autograder import collect
-
+    collect = collect_module
     secret = tmp_path / "instructor-only.txt"
     secret.write_text("the instructor's")
     entry = tmp_path / "entry"
