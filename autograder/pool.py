@@ -28,6 +28,11 @@ _WORKER: dict = {}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+# No dashboard; the scheduler's own HTTP routes (health, metrics) on a free port of 127.0.0.1, not
+# on 8787, which a second cluster on the machine (another instructor's batch) would find taken.
+QUIET_SCHEDULER = {"dashboard_address": "127.0.0.1:0"}
+
+
 class PoolError(Exception):
     """The batch's workers cannot be had (a Dask scheduler out of reach); ``status`` is the
     command's exit status."""
@@ -138,7 +143,7 @@ class DaskPool:
             workers = int(address.split(":", 1)[1])
             self.cluster = LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True,
-                host="127.0.0.1", dashboard_address=None,
+                host="127.0.0.1", dashboard_address=None, scheduler_kwargs=QUIET_SCHEDULER,
             )  # fmt: skip
             address = self.cluster.scheduler_address
         try:

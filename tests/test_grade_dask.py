@@ -24,6 +24,7 @@ from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
 
 from autograder import history, limits, view
+from autograder.pool import QUIET_SCHEDULER
 
 LESSON = "02-softmax-masking"
 LESSON01 = "01-scoring"
@@ -80,7 +81,8 @@ def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
     shutil.copytree(course, local, dirs_exist_ok=True)
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=None)  # fmt: skip
+                           host="127.0.0.1", dashboard_address=None,
+                           scheduler_kwargs=QUIET_SCHEDULER)  # fmt: skip
     client = Client(cluster)
     try:
         batch = _batch(course, "--dask", cluster.scheduler_address)
@@ -279,3 +281,22 @@ def test_a_class_graded_on_a_dask_gateway_cluster_by_its_name(tmp_path, gateway)
     assert wrong.returncode == 2 and json.loads(wrong.stdout) == []
     assert "cannot reach the Dask Gateway cluster 'no-such-cluster'" in wrong.stderr
     assert "Traceback" not in wrong.stderr, wrong.stderr[-2000:]
+
+
+def test_a_local_cluster_grades_and_leaves_the_dashboard_port_to_others(tmp_path):
+    """``--dask local:N`` starts its own cluster; another one on the machine (port 8787 held)
+    costs it nothing, not even a warning: its scheduler serves on a free port of 127.0.0.1."""
+    course = make_course(tmp_path / "course", [LESSON])
+    submit(course, LESSON, "honest", student_notebook(LESSON, {}))
+    with socket.socket() as other:
+        try:
+            other.bind(("127.0.0.1", 8787))
+            other.listen()
+        except OSError:
+            pass  # held by someone else already: the same for the batch
+        done = _batch(course, "--dask", "local:1")
+        out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+    assert json.loads(out)[0]["status"] == "graded", out
+    assert _scores(course) == {"honest": 17}
+    assert "already in use" not in err, err
