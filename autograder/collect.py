@@ -119,13 +119,12 @@ class CheckedCollect(ExchangeCollect):
                 return None
 
     def _in_turn(self, records: list[dict]) -> list[dict]:
-        """A student's entries, newest first, but (with ``--before-duedate``) the newest before
-        the due date first, as nbgrader chooses."""
+        """A student's entries, newest first; with ``--before-duedate``, those before the due
+        date first (nbgrader chooses the newest of them), then the later ones."""
         records = self._sort_by_timestamp(records)
         if self.duedate is not None and self.before_duedate:
             early = [r for r in records if r["timestamp"] <= self.duedate]
-            if early:
-                records = [early[0], *(r for r in records if r is not early[0])]
+            records = [*early, *(r for r in records if r["timestamp"] > self.duedate)]
         return records
 
     def copy_files(self) -> None:

@@ -364,3 +364,29 @@ def test_what_is_swapped_for_a_link_after_it_was_looked_at_is_not_followed(
         collect._copy_entry(str(entry), str(tmp_path / "copy"), None, limits)
     copied = [p.read_text() for p in (tmp_path / "copy").rglob("*") if p.is_file()]
     assert "the instructor's" not in copied
+
+
+def test_before_the_due_date_an_entry_that_cannot_be_collected_falls_back_to_an_earlier_one(
+    tmp_path,
+):
+    """With ``--before-duedate``, the newest entry before the due date holds a named pipe: the
+    one before it is collected, not the one after the due date."""
+    course = make_course(tmp_path / "course", [LESSON])
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    exchange.chmod(0o1777)
+    due = nbgrader(course, "db", "assignment", "add", LESSON, "--duedate=2098-01-04 00:00:00 UTC")
+    assert due.returncode == 0, due.stderr
+    assert (
+        nbgrader(course, "release_assignment", LESSON, f"--Exchange.root={exchange}").returncode
+        == 0
+    )
+    inbound = exchange / COURSE / "inbound"
+    for day in (2, 3, 5):
+        folder = _entry(inbound, "due", when=f"2098-01-0{day} 00:00:00.000000 UTC")
+        (folder / "day.txt").write_text(str(day))
+    os.mkfifo(inbound / f"due+{LESSON}+2098-01-03 00:00:00.000000 UTC+handmade" / "data.csv")
+    collect = nbgrader(course, "collect", LESSON, "--before-duedate", f"--Exchange.root={exchange}",
+                       "--ExchangeCollect.check_owner=False")  # fmt: skip
+    assert collect.returncode == 0, collect.stderr
+    assert (course / "submitted" / "due" / LESSON / "day.txt").read_text() == "2", collect.stderr
