@@ -80,8 +80,8 @@ class CheckedCollect(ExchangeCollect):
             except Refused as why:
                 self._set_aside(os.path.basename(path), why)
         self.duedate = self._duedate()
-        # each student's entries in the order they are tried: nbgrader's choice first, then the
-        # others, newest first (one that cannot be copied does not hide an older one)
+        # each student's entries in the order they are tried (_in_turn): nbgrader's choice first,
+        # so that one that cannot be copied does not hide an older one
         self.candidates = [self._in_turn(v) for v in groupby(records, _student).values()]
         self.src_records = [entries[0] for entries in self.candidates]
 
