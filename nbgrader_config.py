@@ -49,5 +49,8 @@ c.TrustedExecute.budget = 300
 # every student can write to. The course's collect takes only what students' own `nbgrader submit`
 # put there and sets aside, with a message, an entry in another account's name, a link, a named
 # pipe or one over nbgrader's size limits, without stopping the rest of the class
-# (docs/grading.md).
+# (docs/grading.md). Where every server runs as one account (Kubernetes), the hub gives each student
+# a folder of their own in the exchange (c.StudentFolders.enabled, autograder/student_folders.py):
+# the collect then reads those, and releasing feedback writes into them.
 c.ExchangeFactory.collect = "autograder.collect.CheckedCollect"
+c.ExchangeFactory.release_feedback = "autograder.student_folders.FolderReleaseFeedback"

@@ -44,6 +44,7 @@ from pathlib import Path
 from nbgrader.exchange.default.collect import ExchangeCollect, groupby
 from nbgrader.utils import check_mode, parse_utc
 
+from autograder.student_folders import INBOUND, STUDENTS, StudentFolders, student_folders
 from autograder.submission import (
     MAX_FILES,
     Refused,
@@ -59,7 +60,7 @@ TRIES = 5  # a student's newest entries tried, one after another, until one can 
 _CHUNK = 2**20
 
 
-class CheckedCollect(ExchangeCollect):
+class CheckedCollect(ExchangeCollect, StudentFolders):
     """nbgrader's ``ExchangeCollect`` that collects only students' own submissions (see module)."""
 
     def init_src(self) -> None:
@@ -67,26 +68,40 @@ class CheckedCollect(ExchangeCollect):
             self.fail("No course id specified. Re-run with --course flag.")
         self.course_path = os.path.join(self.root, self.coursedir.course_id)
         self.inbound_path = os.path.join(self.course_path, "inbound")
-        if not os.path.isdir(self.inbound_path):
-            self.fail(f"Course not found: {self.inbound_path}")
-        if not check_mode(self.inbound_path, read=True, execute=True):
-            self.fail(f"You don't have read permissions for the directory: {self.inbound_path}")
-        student = self.coursedir.student_id or "*"
-        pattern = os.path.join(self.inbound_path, f"{student}+{self.coursedir.assignment_id}+*")
         records = []
-        for path in sorted(glob.glob(pattern)):
+        for path, folder in self._entries():
             try:
-                records.append(self._record(path))
+                records.append(self._record(path, folder))
             except Refused as why:
-                self._set_aside(os.path.basename(path), why)
+                self._set_aside(_shown_entry(path, folder), why)
         self.duedate = self._duedate()
         # each student's entries in the order they are tried (_in_turn): nbgrader's choice first,
         # so that one that cannot be copied does not hide an older one
         self.candidates = [self._in_turn(v) for v in groupby(records, _student).values()]
         self.src_records = [entries[0] for entries in self.candidates]
 
-    def _record(self, path: str) -> dict:
-        """nbgrader's record of an ``inbound`` entry, or :class:`Refused` saying why it is none."""
+    def _entries(self) -> list[tuple[str, str | None]]:
+        """``(path, folder id)`` of every entry of the lesson in ``inbound`` (the folder id None),
+        or, with student folders, in each student's own ``inbound``."""
+        student = self.coursedir.student_id or "*"
+        name = f"{student}+{self.coursedir.assignment_id}+*"
+        if self.enabled:
+            folders = student_folders(self.course_path, self.coursedir.student_id)
+            found = []
+            for folder, path in folders:  # every entry there, named for anyone: set aside below
+                inbound = os.path.join(path, INBOUND)
+                pattern = f"*+{self.coursedir.assignment_id}+*"
+                found += [(p, folder) for p in sorted(glob.glob(os.path.join(inbound, pattern)))]
+            return found
+        if not os.path.isdir(self.inbound_path):
+            self.fail(f"Course not found: {self.inbound_path}")
+        if not check_mode(self.inbound_path, read=True, execute=True):
+            self.fail(f"You don't have read permissions for the directory: {self.inbound_path}")
+        return [(p, None) for p in sorted(glob.glob(os.path.join(self.inbound_path, name)))]
+
+    def _record(self, path: str, folder: str | None = None) -> dict:
+        """nbgrader's record of an ``inbound`` entry (in the student folder ``folder``, if any),
+        or :class:`Refused` saying why it is none."""
         name = os.path.basename(path)
         parts = name.rsplit("+", 3)
         if len(parts) < 3:
@@ -99,6 +114,8 @@ class CheckedCollect(ExchangeCollect):
         found = name_problems(student)
         if found:
             raise Refused(found[0])
+        if folder is not None and student != folder:
+            raise Refused(f"it is named for {student} but is in the folder of {folder}")
         try:
             info = os.lstat(path)
         except OSError as error:  # gone since it was listed, say
@@ -107,7 +124,8 @@ class CheckedCollect(ExchangeCollect):
             raise Refused(f"it is {kind(info.st_mode)}, not a folder")
         if self.check_owner:
             _owned_by(info, student, "it")
-        return {"username": student, "filename": name, "timestamp": timestamp}
+        record = {"username": student, "filename": name, "timestamp": timestamp}
+        return {**record, "path": path, "folder": folder}
 
     def _duedate(self):
         from nbgrader.api import Gradebook, MissingEntry
@@ -142,12 +160,12 @@ class CheckedCollect(ExchangeCollect):
                     self._collect(record)
                     break
                 except Refused as why:
-                    self._set_aside(record["filename"], why)
+                    self._set_aside(_shown(record), why)
                 except Exception as error:  # noqa: BLE001 — one student's, never the class's
-                    self._set_aside(record["filename"], Refused(f"{type(error).__name__}: {error}"))
+                    self._set_aside(_shown(record), Refused(f"{type(error).__name__}: {error}"))
             else:
                 if entries[TRIES:]:
-                    older = ", ".join(printable(r["filename"]) for r in entries[TRIES:])
+                    older = ", ".join(printable(_shown(r)) for r in entries[TRIES:])
                     self.log.error(f"Not tried, as {TRIES} newer ones of the same student were not "
                                    f"collected: {older}")  # fmt: skip
 
@@ -175,7 +193,7 @@ class CheckedCollect(ExchangeCollect):
         part = tempfile.mkdtemp(prefix=f".collecting-{assignment}-", dir=submitted)
         try:
             owner = student if self.check_owner else None
-            src = os.path.join(self.inbound_path, record["filename"])
+            src = record["path"]
             limits = self._limits()
             _copy_entry(src, os.path.join(part, "copy"), owner, limits)
             found = timestamp_problems(Path(part) / "copy")
@@ -200,6 +218,16 @@ class CheckedCollect(ExchangeCollect):
 
 def _student(record: dict) -> str:
     return record["username"]
+
+
+def _shown(record: dict) -> str:
+    """How the log names an entry: its name, after its student folder's when it is in one."""
+    return _shown_entry(record["path"], record.get("folder"))
+
+
+def _shown_entry(path: str, folder: str | None) -> str:
+    name = os.path.basename(path)
+    return f"{STUDENTS}/{folder}/{INBOUND}/{name}" if folder is not None else name
 
 
 def _owned_by(info: os.stat_result, student: str, what: str) -> None:

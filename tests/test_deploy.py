@@ -166,9 +166,9 @@ def test_values_mount_the_exchange_on_a_shared_volume():
 
     assert _dig(values, "singleuser.extraEnv")["NBGRADER_EXCHANGE_ROOT"] == EXCHANGE
     init = {c["name"]: c for c in _dig(values, "singleuser.initContainers")}
-    perms = init["nbgrader-exchange-permissions"]
-    assert f"chmod 0777 {EXCHANGE}" in " ".join(perms["command"])
-    assert perms["volumeMounts"] == [{"name": mounts[EXCHANGE], "mountPath": EXCHANGE}]
+    folders = init["nbgrader-exchange-folders"]  # what it makes: tests/test_z2jh_exchange.py
+    assert "0777" not in " ".join(folders["command"]), "no folder of the exchange is everyone's"
+    assert folders["volumeMounts"] == [{"name": mounts[EXCHANGE], "mountPath": EXCHANGE}]
 
 
 def test_values_inject_the_course_config():
