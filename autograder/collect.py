@@ -111,7 +111,7 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
             timestamp = parse_utc(parts[2])
         except (ValueError, OverflowError):
             raise Refused(f"the name holds no time ({printable(parts[2])!r})") from None
-        found = name_problems(student)
+        found = name_problems(student, "the student id in its name")
         if found:
             raise Refused(found[0])
         if folder is not None and student != folder:

@@ -48,21 +48,20 @@ def _breaks_lines(c: str) -> bool:
     return unicodedata.category(c) in ("Cc", "Zl", "Zp")
 
 
-def name_problems(student: str) -> list[str]:
-    """Why a student folder's name cannot be graded under (nbgrader globs and strips it)."""
+def name_problems(student: str, what: str = "the student folder's name") -> list[str]:
+    """Why a student id cannot be graded under (nbgrader globs and strips it); ``what`` says
+    where it was read (a folder of ``submitted/``, by default)."""
     if shown(student) != student:
-        return [f"the student folder's name ({shown(student)}) is not valid UTF-8"]
+        return [f"{what} ({shown(student)}) is not valid UTF-8"]
     if any(_breaks_lines(c) for c in student):
-        return [f"the student folder's name ({printable(student)}) holds a control character "
-                "or line break, which logs and reports would print as something else"]  # fmt: skip
+        return [f"{what} ({printable(student)}) holds a control character or line break, which "
+                "logs and reports would print as something else"]  # fmt: skip
     if student != student.strip():
-        return [f"the student folder's name ({student}) begins or ends with a space"]
+        return [f"{what} ({student}) begins or ends with a space"]
     if any(c in student for c in "*?[]"):
-        return [f"the student folder's name ({student}) holds *, ?, [ or ], which nbgrader "
-                "reads as a pattern"]  # fmt: skip
+        return [f"{what} ({student}) holds *, ?, [ or ], which nbgrader reads as a pattern"]
     if any(c in student for c in MARKUP):
-        return [f"the student folder's name ({student}) holds < or \", which formgrader's pages "
-                "would read as HTML"]  # fmt: skip
+        return [f"{what} ({student}) holds < or \", which formgrader's pages would read as HTML"]
     return []
 
 

@@ -229,8 +229,8 @@ def test_the_class_submits_and_gets_feedback_through_folders_of_its_own(tmp_path
 
     # bob, by hand, in his pod: everything a shared exchange would have let him do
     exchange = f"{EXCHANGE}/{COURSE}"
-    seen = pods.run(specs["bob"], homes["bob"], "ls", "-a", exchange)
-    assert sorted(_check(seen, "ls").split()) == [".", "..", "feedback", "inbound", "outbound"]
+    seen = _check(pods.run(specs["bob"], homes["bob"], "find", EXCHANGE), "find")
+    assert "alice" not in seen, f"bob can find nothing of alice's to read or remove:\n{seen}"
     release = f"{exchange}/outbound/{LESSON}/{LESSON}.ipynb"
     replaced = pods.run(specs["bob"], homes["bob"], "sh", "-c", f"echo '{{}}' > '{release}'")
     assert replaced.returncode != 0 and "Read-only file system" in replaced.stderr
@@ -260,6 +260,9 @@ def test_the_class_submits_and_gets_feedback_through_folders_of_its_own(tmp_path
 
     # each student fetches their own feedback, and sees nobody else's
     pages = {}
+    seen = _check(pods.run(specs["bob"], homes["bob"], "find", EXCHANGE), "find")
+    alices = [line for line in seen.splitlines() if "alice" in line and forged not in line]
+    assert alices == [], f"bob can find nothing of alice's (but his own forgery):\n{seen}"
     for name in ("alice", "bob"):
         listed = pods.run(specs[name], homes[name], "ls", f"{exchange}/feedback")
         assert len(_check(listed, "ls feedback").split()) == 1, f"{name} sees one page: theirs"
