@@ -52,9 +52,10 @@ def _values() -> dict:
     return yaml.safe_load(VALUES.read_text(encoding="utf-8"))
 
 
-def pod_spec(name: str, groups: list[str], tmp_path: Path) -> dict:
-    """The pod KubeSpawner makes for hub user ``name`` from values.yaml: its server's mounts and
-    environment, its init containers."""
+def pod_spec(name: str, groups: list[str], tmp_path: Path, profile: dict | None = None) -> dict:
+    """The pod KubeSpawner makes for hub user ``name`` from values.yaml (and ``profile``, a
+    ``profileList`` entry the user chose, if given): its server's mounts and environment, its
+    init containers."""
     from jupyterhub.utils import maybe_future
     from kubespawner import KubeSpawner
     from traitlets.config import Config
@@ -68,8 +69,17 @@ def pod_spec(name: str, groups: list[str], tmp_path: Path) -> dict:
         {"mountPath": single["storage"]["homeMountPath"], "name": "volume-{user_server}"},
         *single["storage"]["extraVolumeMounts"],
     ]
+    config.KubeSpawner.volumes = [
+        {
+            "name": "volume-{user_server}",
+            "persistentVolumeClaim": {"claimName": "claim-{user_server}"},
+        },
+        *single["storage"]["extraVolumes"],
+    ]
     config.KubeSpawner.init_containers = single["initContainers"]
     config.KubeSpawner.environment = single["extraEnv"]
+    if profile is not None:
+        config.KubeSpawner.profile_list = [{"slug": "chosen", **profile}]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG, encoding="utf-8")
     user = SimpleNamespace(
@@ -81,8 +91,13 @@ def pod_spec(name: str, groups: list[str], tmp_path: Path) -> dict:
     async def manifest():
         spawner = KubeSpawner(config=config, user=user, _mock=True)
         spawner.api_token = "offline"
-        await maybe_future(spawner.run_pre_spawn_hook())  # as JupyterHub calls it
+        if profile is not None:
+            spawner.user_options = {"profile": "chosen"}
+        # as JupyterHub and KubeSpawner's start call them
+        await maybe_future(spawner.run_pre_spawn_hook())
+        await spawner.load_user_options()
         pod = await spawner.get_pod_manifest()
+        pod = await maybe_future(spawner.modify_pod_hook(spawner, pod))
         async with ApiClient() as api:  # the pod as it would be sent to Kubernetes
             return api.sanitize_for_serialization(pod)
 
@@ -125,6 +140,28 @@ def test_a_students_pod_mounts_only_its_own_folders_of_the_exchange(tmp_path):
 def test_a_hub_name_that_cannot_name_a_folder_gets_no_server(name, tmp_path):
     with pytest.raises(ValueError, match="cannot give .* a folder in nbgrader's exchange"):
         pod_spec(name, STUDENT, tmp_path)
+
+
+WHOLE = {"name": "nbgrader-exchange", "mountPath": EXCHANGE}
+SAME_CLAIM = {"name": "more", "persistentVolumeClaim": {"claimName": "nbgrader-exchange"}}
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"volume_mounts": [WHOLE]},  # the volume mounted whole
+        {"volumes": [SAME_CLAIM], "volume_mounts": [{"name": "more", "mountPath": "/data"}]},
+        {"volume_mounts": [{**WHOLE, "subPath": "attention/students/bob/inbound"}]},
+    ],
+)
+def test_a_profile_that_mounts_more_of_the_exchange_gets_a_student_no_server(override, tmp_path):
+    """A profile (``kubespawner_override``) is applied after the pre-spawn hook: the pod hook,
+    the last word, refuses a student's pod that mounts more of the exchange than their own."""
+    profile = {"display_name": "more", "kubespawner_override": override}
+    with pytest.raises(ValueError, match="may mount only their own folders"):
+        pod_spec("alice", STUDENT, tmp_path, profile)
+    carol = pod_spec("carol", INSTRUCTOR, tmp_path, profile)  # an instructor's server may
+    assert carol["env"]["ATTN_ROLE"] == "instructor"
 
 
 # --- the pods, played by bubblewrap ---------------------------------------------------------------
