@@ -73,7 +73,7 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
             try:
                 records.append(self._record(path, folder))
             except Refused as why:
-                self._set_aside(_shown_entry(path, folder), why)
+                self._set_aside(_shown(path, folder), why)
         self.duedate = self._duedate()
         # each student's entries in the order they are tried (_in_turn): nbgrader's choice first,
         # so that one that cannot be copied does not hide an older one
@@ -83,21 +83,19 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
     def _entries(self) -> list[tuple[str, str | None]]:
         """``(path, folder id)`` of every entry of the lesson in ``inbound`` (the folder id None),
         or, with student folders, in each student's own ``inbound``."""
-        student = self.coursedir.student_id or "*"
-        name = f"{student}+{self.coursedir.assignment_id}+*"
-        if self.enabled:
-            folders = student_folders(self.course_path, self.coursedir.student_id)
-            found = []
-            for folder, path in folders:  # every entry there, named for anyone: set aside below
-                inbound = os.path.join(path, INBOUND)
-                pattern = f"*+{self.coursedir.assignment_id}+*"
-                found += [(p, folder) for p in sorted(glob.glob(os.path.join(inbound, pattern)))]
-            return found
+        student, assignment = self.coursedir.student_id or "*", self.coursedir.assignment_id
+        if self.enabled:  # every entry of a folder, named for anyone: set aside in _record
+            return [
+                (path, folder)
+                for folder, root in student_folders(self.course_path, student)
+                for path in sorted(glob.glob(os.path.join(root, INBOUND, f"*+{assignment}+*")))
+            ]
         if not os.path.isdir(self.inbound_path):
             self.fail(f"Course not found: {self.inbound_path}")
         if not check_mode(self.inbound_path, read=True, execute=True):
             self.fail(f"You don't have read permissions for the directory: {self.inbound_path}")
-        return [(p, None) for p in sorted(glob.glob(os.path.join(self.inbound_path, name)))]
+        pattern = os.path.join(self.inbound_path, f"{student}+{assignment}+*")
+        return [(path, None) for path in sorted(glob.glob(pattern))]
 
     def _record(self, path: str, folder: str | None = None) -> dict:
         """nbgrader's record of an ``inbound`` entry (in the student folder ``folder``, if any),
@@ -125,7 +123,7 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
         if self.check_owner:
             _owned_by(info, student, "it")
         record = {"username": student, "filename": name, "timestamp": timestamp}
-        return {**record, "path": path, "folder": folder}
+        return {**record, "path": path, "shown": _shown(path, folder)}
 
     def _duedate(self):
         from nbgrader.api import Gradebook, MissingEntry
@@ -160,12 +158,12 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
                     self._collect(record)
                     break
                 except Refused as why:
-                    self._set_aside(_shown(record), why)
+                    self._set_aside(record["shown"], why)
                 except Exception as error:  # noqa: BLE001 — one student's, never the class's
-                    self._set_aside(_shown(record), Refused(f"{type(error).__name__}: {error}"))
+                    self._set_aside(record["shown"], Refused(f"{type(error).__name__}: {error}"))
             else:
                 if entries[TRIES:]:
-                    older = ", ".join(printable(_shown(r)) for r in entries[TRIES:])
+                    older = ", ".join(printable(r["shown"]) for r in entries[TRIES:])
                     self.log.error(f"Not tried, as {TRIES} newer ones of the same student were not "
                                    f"collected: {older}")  # fmt: skip
 
@@ -220,12 +218,8 @@ def _student(record: dict) -> str:
     return record["username"]
 
 
-def _shown(record: dict) -> str:
+def _shown(path: str, folder: str | None) -> str:
     """How the log names an entry: its name, after its student folder's when it is in one."""
-    return _shown_entry(record["path"], record.get("folder"))
-
-
-def _shown_entry(path: str, folder: str | None) -> str:
     name = os.path.basename(path)
     return f"{STUDENTS}/{folder}/{INBOUND}/{name}" if folder is not None else name
 

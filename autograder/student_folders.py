@@ -25,11 +25,9 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
 from fnmatch import fnmatchcase
 
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
-from nbgrader.utils import notebook_hash
 from traitlets import Bool
 from traitlets.config import Configurable
 
@@ -76,45 +74,28 @@ class FolderReleaseFeedback(ExchangeReleaseFeedback, StudentFolders):
         self.dest_path = os.path.join(self.course_path, STUDENTS)
 
     def copy_files(self) -> None:
+        """nbgrader's own copy (its names, its ``--student``/exclusions), one student at a time,
+        each into their own folder."""
         if not self.enabled:
             return super().copy_files()
-        excluded = set(filter(None, self.coursedir.student_id_exclude.split(",")))
-        pattern = self.coursedir.format_path(
-            self.coursedir.feedback_directory, "(?P<student>[^/]*)", self.coursedir.assignment_id,
-            escape=True,
-        )  # fmt: skip
-        regexp = re.compile(re.escape(os.path.sep).join([pattern, r"(?P<notebook>[^/]*)\.html"]))
-        for html in sorted(glob.glob(os.path.join(self.src_path, "*.html"))):
-            found = regexp.fullmatch(html)
-            if found is None:
-                self.log.error(f"Could not match '{printable(html)}' with '{regexp.pattern}'")
-                continue
-            student, notebook = found["student"], found["notebook"]
-            if student in excluded:
-                self.log.debug(f"Skipping student '{student}'")
-                continue
-            self._release(html, student, notebook)
+        for student, folder in self._feedback_folders():
+            self.src_path = folder
+            self.dest_path = os.path.join(self.course_path, STUDENTS, student, FEEDBACK)
+            os.makedirs(self.dest_path, mode=0o755, exist_ok=True)
+            super().copy_files()
 
-    def _release(self, html: str, student: str, notebook: str) -> None:
-        """Copy one feedback page into ``student``'s folder, replacing an earlier one at once."""
-        problems = name_problems(student)
-        if problems:
-            self.log.error(f"Feedback not released: {printable(html)}: {problems[0]}")
-            return
-        folder = os.path.dirname(html)
-        with open(os.path.join(folder, "timestamp.txt"), encoding="utf-8") as fh:
-            timestamp = fh.read()
-        with open(os.path.join(folder, "submission_secret.txt"), encoding="utf-8") as fh:
-            secret = fh.read()
-        checksum = notebook_hash(secret=secret, notebook_id=notebook)
-        dest = os.path.join(self.dest_path, student, FEEDBACK)
-        os.makedirs(dest, mode=0o755, exist_ok=True)
-        course, assignment = self.coursedir.course_id, self.coursedir.assignment_id
-        self.log.info(
-            f"Releasing feedback for student '{student}' on assignment "
-            f"'{course}/{assignment}/{notebook}' ({timestamp})"
-        )
-        part = os.path.join(dest, f"{checksum}-tmp.html")
-        shutil.copy(html, part)
-        os.replace(part, os.path.join(dest, f"{checksum}.html"))
-        self.log.info(f"Feedback released to: {os.path.join(dest, f'{checksum}.html')}")
+    def _feedback_folders(self) -> list[tuple[str, str]]:
+        """``(id, folder)`` of each student whose feedback ``init_src`` found (its ``src_path``
+        is a glob of their folders); an id no student can have is named in the log, not used."""
+        c = self.coursedir
+        pattern = c.format_path(c.feedback_directory, "(?P<student>[^/]*)", c.assignment_id,
+                                escape=True)  # fmt: skip
+        found = []
+        for folder in sorted(glob.glob(self.src_path)):
+            match = re.fullmatch(pattern, folder)
+            problems = name_problems(match["student"]) if match else ["not a student's folder"]
+            if problems:
+                self.log.error(f"Feedback not released: {printable(folder)}: {problems[0]}")
+            else:
+                found.append((match["student"], folder))
+        return found
