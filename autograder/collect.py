@@ -26,11 +26,22 @@ which replaces the earlier submission only when complete. Files larger than ``ma
 and names matching ``CourseDirectory.ignore``/``include`` are left out, as nbgrader leaves them
 out. One student's entry never stops the collection of the others.
 
+A submission's time is not only what it claims. nbgrader takes it from the entry's name (to
+choose each student's latest, or the latest before the due date) and from the ``timestamp.txt``
+inside (the gradebook's, from which a late penalty is counted), and a student writes both. What
+no student can write is a file's change time (``st_ctime``): the kernel, or the file server,
+sets it to its own clock whenever the file is made or changed, and only root can set it back. So
+an entry whose files were last changed more than :attr:`CheckedCollect.grace_seconds` after the
+time it claims is taken as submitted when they were last changed, and the log says so; its copy
+in ``submitted/`` gets that time in its ``timestamp.txt``, whatever the student's said. A late
+submission cannot claim to be on time; an honest one keeps its time to the microsecond.
+
 The course's ``nbgrader_config.py`` selects it (``ExchangeFactory.collect``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -38,11 +49,14 @@ import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatch
 from pathlib import Path
 
+from dateutil.tz import gettz
 from nbgrader.exchange.default.collect import ExchangeCollect, groupby
 from nbgrader.utils import check_mode, parse_utc
+from traitlets import Bool, Float
 
 from autograder.student_folders import INBOUND, STUDENTS, StudentFolders, student_folders
 from autograder.submission import (
@@ -62,6 +76,21 @@ _CHUNK = 2**20
 
 class CheckedCollect(ExchangeCollect, StudentFolders):
     """nbgrader's ``ExchangeCollect`` that collects only students' own submissions (see module)."""
+
+    grace_seconds = Float(
+        120.0,
+        min=0.0,
+        help="Seconds a submission's files may be changed after the time it claims (nbgrader's "
+        "submit copies them after taking its time; two clocks may be a little apart) before the "
+        "time of the last change is taken as its time.",
+    ).tag(config=True)
+
+    trust_claimed_times = Bool(
+        False,
+        help="Take each submission's time from its name, as nbgrader does, even when its files "
+        "were changed later. Only for an exchange copied or restored from a backup, which gives "
+        "every file a new change time.",
+    ).tag(config=True)
 
     def init_src(self) -> None:
         if self.coursedir.course_id == "":
@@ -123,7 +152,24 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
         if self.check_owner:
             _owned_by(info, student, "it")
         record = {"username": student, "filename": name, "timestamp": timestamp}
-        return {**record, "path": path, "shown": _shown(path, folder)}
+        seen = {"claimed": timestamp, "changed": _last_change(path, info)}
+        return self._timed({**record, **seen, "path": path, "shown": _shown(path, folder)})
+
+    def _timed(self, record: dict) -> dict:
+        """``record`` with its time: the one it claims, or, when its files were last changed
+        (``changed``, nanoseconds since the epoch) more than the grace after that, the time of
+        that change (logged when it moves the time)."""
+        if self.trust_claimed_times:
+            return record
+        last = datetime.fromtimestamp(record["changed"] / 1e9, UTC).replace(tzinfo=None)
+        if last - record["claimed"] <= timedelta(seconds=self.grace_seconds):
+            return record
+        if last != record["timestamp"]:
+            self.log.warning(
+                f"{printable(record['shown'])} claims to be submitted at {_utc(record['claimed'])}"
+                f", but its files were last changed at {_utc(last)}: taken as submitted then"
+            )
+        return {**record, "timestamp": last}
 
     def _duedate(self):
         from nbgrader.api import Gradebook, MissingEntry
@@ -197,6 +243,9 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
             found = timestamp_problems(Path(part) / "copy")
             if found:
                 raise Refused(found[0])
+            changed = max(record["changed"], limits.changed)  # since it was listed, say
+            record = self._timed({**record, "changed": changed})
+            self._write_time(Path(part) / "copy" / "timestamp.txt", record["timestamp"])
             for note in limits.left_out:
                 self.log.warning(f"Left out of {printable(record['filename'])}: {note}")
             if os.path.isdir(dest):
@@ -205,6 +254,12 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
             os.rename(os.path.join(part, "copy"), dest)
         finally:
             shutil.rmtree(part, ignore_errors=True)
+
+    def _write_time(self, path: Path, when: datetime) -> None:
+        """Write ``when`` (naive UTC) to ``path`` as nbgrader's submit writes a time, in place of
+        what the student wrote there (autograde gives the gradebook that one)."""
+        local = when.replace(tzinfo=UTC).astimezone(gettz(self.timezone))
+        path.write_text(local.strftime(self.timestamp_format))
 
     def _limits(self) -> _Limits:
         c = self.coursedir
@@ -222,6 +277,25 @@ def _shown(path: str, folder: str | None) -> str:
     """How the log names an entry: its name, after its student folder's when it is in one."""
     name = os.path.basename(path)
     return f"{STUDENTS}/{folder}/{INBOUND}/{name}" if folder is not None else name
+
+
+def _utc(when: datetime) -> str:
+    return f"{when:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _last_change(path: str, info: os.stat_result) -> int:
+    """The latest change time (``st_ctime_ns``) of the folder ``path`` (``info`` its ``lstat``)
+    and of everything in it, links not followed, for at most ``MAX_FILES`` entries (an entry
+    with more is refused when it is copied)."""
+    latest, seen = info.st_ctime_ns, 0
+    for _, folders, files, fd in os.fwalk(path, follow_symlinks=False):
+        for name in [*folders, *files]:
+            seen += 1
+            if seen > MAX_FILES:
+                return latest
+            with contextlib.suppress(OSError):  # gone since it was listed
+                latest = max(latest, os.stat(name, dir_fd=fd, follow_symlinks=False).st_ctime_ns)
+    return latest
 
 
 def _owned_by(info: os.stat_result, student: str, what: str) -> None:
@@ -245,6 +319,11 @@ class _Limits:
     entries: int = 0  # seen so far
     copied: int = 0  # bytes, so far
     left_out: list[str] = field(default_factory=list)  # what was not copied, and why
+    changed: int = 0  # the latest st_ctime_ns of what was copied, so far
+
+    def saw(self, info: os.stat_result) -> None:
+        """Count the change time of a folder or file being copied (an ``fstat`` of it)."""
+        self.changed = max(self.changed, info.st_ctime_ns)
 
     def skipped(self, name: str, is_file: bool) -> bool:
         """nbgrader's ``ignore_patterns``: an ignored name, or a file no ``include`` glob keeps."""
@@ -309,6 +388,7 @@ def _copy_folder(fd: int, dest: str, rel: str, owner: str | None, limits: _Limit
                 _copy_file(name, fd, os.path.join(dest, name), path, owner, limits)
             else:
                 raise _not_allowed(path, mode)
+    limits.saw(os.fstat(fd))  # after its last entry was read: a change since shows
 
 
 def _not_allowed(path: str, mode: int) -> Refused:
@@ -341,5 +421,6 @@ def _copy_file(name: str, fd: int, dest: str, path: str, owner: str | None, limi
             while chunk := os.read(src, min(_CHUNK, limits.max_bytes - limits.copied + 1)):
                 limits.take(len(chunk))
                 out.write(chunk)
+        limits.saw(os.fstat(src))  # after it was read: a change since shows
     finally:
         os.close(src)

@@ -22,12 +22,15 @@ import pwd
 import shutil
 import stat
 import subprocess
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nbformat
 import pytest
 from course import BIN, env, make_course, nbgrader
 from nbgrader.api import Gradebook
+from nbgrader.utils import parse_utc
 from test_grade_students import student_notebook
 
 from autograder import collect as collect_module
@@ -390,3 +393,92 @@ def test_before_the_due_date_an_entry_that_cannot_be_collected_falls_back_to_an_
                        "--ExchangeCollect.check_owner=False")  # fmt: skip
     assert collect.returncode == 0, collect.stderr
     assert (course / "submitted" / "due" / LESSON / "day.txt").read_text() == "2", collect.stderr
+
+
+def _time_of(submitted: Path):
+    """The time nbgrader's autograde gives the gradebook for a collected submission."""
+    return parse_utc((submitted / "timestamp.txt").read_text())
+
+
+def test_a_late_submission_that_claims_to_be_on_time_is_taken_as_submitted_when_it_arrived(
+    tmp_path,
+):
+    """A student submits on time with nbgrader's own submit; after the due date, they put a
+    better notebook in by hand under a time before it (in its name, and an earlier one still in
+    its ``timestamp.txt``, which nbgrader's autograde would give the gradebook).
+    Its files' change time, which no student can set, says when it arrived: it is collected as
+    late (the gradebook counts the seconds), and ``--before-duedate`` takes the honest one. With
+    nbgrader's rule (``trust_claimed_times``) the claim would stand: it is the change times that
+    tell."""
+    course = make_course(tmp_path / "course", [LESSON])
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    exchange.chmod(0o1777)
+    flags = [f"--Exchange.root={exchange}", "--ExchangeCollect.check_owner=False"]
+    assert nbgrader(course, "release_assignment", LESSON, flags[0]).returncode == 0
+    _submit(tmp_path, exchange, "late")
+    inbound = exchange / COURSE / "inbound"
+    (honest,) = inbound.glob(f"late+{LESSON}+*")
+    claimed = parse_utc(honest.name.split("+")[2])
+    arrived = collect_module._last_change(str(honest), os.lstat(honest)) / 1e9
+    due = datetime.fromtimestamp(arrived + 1, UTC)
+    done = nbgrader(
+        course, "db", "assignment", "add", LESSON, f"--duedate={due:%Y-%m-%d %H:%M:%S.%f} UTC"
+    )
+    assert done.returncode == 0, done.stderr
+    time.sleep(max(0.0, arrived + 3 - time.time()))  # two seconds after the due date
+    claim = f"{due - timedelta(seconds=0.5):%Y-%m-%d %H:%M:%S.%f} UTC"  # after the honest one
+    forged = _entry(inbound, "late", when=claim)
+    (forged / "better.txt").write_text("made after the due date")
+    (forged / "timestamp.txt").write_text(f"{due - timedelta(days=1):%Y-%m-%d %H:%M:%S.%f} UTC")
+
+    def collect(*more: str) -> str:
+        done = nbgrader(course, "collect", LESSON, *flags, "--CheckedCollect.grace_seconds=1",
+                        "--update", *more)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    got = course / "submitted" / "late" / LESSON
+    log = collect()
+    assert (got / "better.txt").exists(), "the newest entry is the one collected"
+    taken = _time_of(got)
+    assert taken > due.replace(tzinfo=None), f"collected as submitted at {taken}, due {due}"
+    said = [line for line in log.splitlines() if forged.name in line]
+    assert any("but its files were last changed at" in line for line in said), log
+    assert honest.name not in log, "the honest entry's time is its own"
+    scores = _graded(course)
+    assert "late" in scores
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id=COURSE) as gb:
+        graded = gb.find_submission(LESSON, "late")
+        assert graded.timestamp == taken and graded.total_seconds_late > 0, graded.to_dict()
+
+    collect("--before-duedate")
+    assert not (got / "better.txt").exists(), "before the due date, only the honest one"
+    assert _time_of(got) == claimed, "an honest submission keeps its time to the microsecond"
+
+    collect("--before-duedate", "--CheckedCollect.trust_claimed_times=True")
+    assert (got / "better.txt").exists(), "by its claim alone, the forged one was on time"
+    assert _time_of(got) == parse_utc(claim), "one time: its name's, not its timestamp.txt's"
+
+
+def test_a_file_changed_while_its_entry_is_copied_counts_with_its_new_change_time(
+    tmp_path, monkeypatch
+):
+    """The time is decided from what was copied: a file the student rewrites between the entry
+    being listed and the file being read shows its new change time."""
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    (entry / "notes.txt").write_text("first")
+    listed = collect_module._last_change(str(entry), os.lstat(entry))
+    real_open = collect_module._open
+
+    def rewrite_then_open(name, fd, flags, path):
+        time.sleep(0.01)
+        (entry / name).write_text("rewritten")
+        return real_open(name, fd, flags, path)
+
+    monkeypatch.setattr(collect_module, "_open", rewrite_then_open)
+    limits = collect_module._Limits(10**6, 10**6, [], ["*"])
+    collect_module._copy_entry(str(entry), str(tmp_path / "copy"), None, limits)
+    assert (tmp_path / "copy" / "notes.txt").read_text() == "rewritten"
+    assert limits.changed == os.stat(entry / "notes.txt").st_ctime_ns > listed
