@@ -112,8 +112,11 @@ def stamp_of(folder: Path) -> str:
 class StudentResult:
     student: str
     status: str  # graded | skipped | refused | error
-    score: float | None = None
+    score: float | None = None  # after nbgrader's late penalty, if any (its export's "score")
     max_score: float | None = None
+    raw_score: float | None = None  # what the answers earned
+    late_submission_penalty: float = 0.0  # nbgrader's LateSubmissionPlugin, from the due date
+    seconds_late: float = 0.0  # after the due date (and the student's extension, if any)
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     error: str = ""
@@ -126,6 +129,9 @@ class StudentResult:
             "status": self.status,
             "score": self.score,
             "max_score": self.max_score,
+            "raw_score": self.raw_score,
+            "late_submission_penalty": self.late_submission_penalty,
+            "seconds_late": self.seconds_late,
             "seconds": self.seconds,
             "problems": self.problems,
             "error": self.error,
@@ -224,9 +230,7 @@ def _run(
         stamp = stamp_of(folder)
         if journal.done(shown, stamp) and _autograded_exists(app.coursedir, lesson, name):
             entry = journal.entries[shown]
-            results.append(
-                StudentResult(shown, "skipped", entry.get("score"), entry.get("max_score"))
-            )
+            results.append(StudentResult(shown, "skipped", **_grade_of(entry)))
             continue
         todo.append(_Todo(name, folder, stamp))
     if not todo:
@@ -270,8 +274,7 @@ def _run(
                 continue
             journal.mark({
                 "student": result.student, "status": result.status, "stamp": item.stamp,
-                "score": result.score, "max_score": result.max_score,
-                "error": result.error, "at": time.time(),
+                **_grade_of(result.as_dict()), "error": result.error, "at": time.time(),
             })  # fmt: skip
 
     try:
@@ -423,7 +426,8 @@ def _grade_student(app, course: Path, lesson: str, item: _Todo, options: BatchOp
         return StudentResult(shown, "error", error=error, seconds=seconds)
     result = StudentResult(shown, "graded", seconds=seconds)
     result.crowded = any(r.get("crowded") for r in results.values())
-    result.score, result.max_score = _score(coursedir, lesson, item.name)
+    for name, value in _score(coursedir, lesson, item.name).items():
+        setattr(result, name, value)
     result.problems = _problems(results.values())
     if options.feedback:
         feedback.write_for(coursedir, lesson, item.name, results)
@@ -484,15 +488,34 @@ def _autograded_exists(coursedir, lesson: str, student: str) -> bool:
     return dest.is_dir() and any(dest.glob("*.ipynb"))
 
 
-def _score(coursedir, lesson: str, student: str) -> tuple[float | None, float | None]:
+GRADE = ("score", "max_score", "raw_score", "late_submission_penalty", "seconds_late")
+
+
+def _grade_of(entry: dict) -> dict:
+    """The fields of :data:`GRADE` in ``entry`` (a journal line, or a result's ``as_dict``); a
+    line from before lateness was kept has its score as the raw score, and none late."""
+    found = {name: entry[name] for name in GRADE if entry.get(name) is not None}
+    return {"raw_score": found.get("score"), **found}
+
+
+def _score(coursedir, lesson: str, student: str) -> dict:
+    """The student's grade of ``lesson`` from the gradebook (the fields of :data:`GRADE`), as
+    ``nbgrader export`` reports it: the score is the raw score less the late penalty, at least 0."""
     from nbgrader.api import Gradebook
 
     with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
         try:
             found = gb.find_submission(lesson, student)
         except Exception:  # noqa: BLE001
-            return None, None
-        return float(found.score), float(found.max_score)
+            return {}
+        raw, penalty = float(found.score), float(found.late_submission_penalty or 0.0)
+        return {
+            "score": max(0.0, raw - penalty),
+            "max_score": float(found.max_score),
+            "raw_score": raw,
+            "late_submission_penalty": penalty,
+            "seconds_late": float(found.total_seconds_late or 0.0),
+        }
 
 
 def _problems(results) -> list[str]:
@@ -508,19 +531,20 @@ def _problems(results) -> list[str]:
 
 
 def summary_table(results: list[StudentResult]) -> str:
-    rows = [("student", "score", "status", "notes")]
+    late = any(r.seconds_late > 0 for r in results)  # a column of its own only then
+    rows = [("student", "score", "status", *(["late"] if late else []), "notes")]
     for r in results:
         score = "" if r.score is None else f"{r.score:g}/{r.max_score:g}"
         notes = r.error or ", ".join(r.problems)
-        rows.append((r.student, score, r.status, notes[:70]))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        rows.append((r.student, score, r.status, *([lateness(r)] if late else []), notes[:70]))
+    columns = len(rows[0]) - 1  # padded; the notes are last
+    widths = [max(len(row[i]) for row in rows) for i in range(columns)]
     lines = []
     for n, row in enumerate(rows):
-        lines.append(
-            "  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + "  " + row[3]
-        )
+        padded = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True))
+        lines.append(padded + "  " + row[-1])
         if n == 0:
-            lines.append("-" * (sum(widths) + 6 + 20))
+            lines.append("-" * (sum(widths) + 2 * columns + 20))
     graded = [r for r in results if r.status in ("graded", "skipped")]
     errors = [r for r in results if r.status == "error"]
     refused = [r for r in results if r.status == "refused"]
@@ -534,19 +558,28 @@ def summary_table(results: list[StudentResult]) -> str:
     return "\n".join(lines)
 
 
+def lateness(r: StudentResult) -> str:
+    """How late a submission was, and nbgrader's penalty for it: ``1 d 3 h (-2)``."""
+    if r.seconds_late <= 0:
+        return ""
+    minutes = round(r.seconds_late / 60)
+    units = [(minutes // 1440, "d"), (minutes // 60 % 24, "h"), (minutes % 60, "min")]
+    while units and not units[0][0]:
+        units.pop(0)  # the two largest units from the first that is not 0
+    shown = " ".join(f"{n} {unit}" for n, unit in units[:2] if n) or "<1 min"
+    return shown + (f" (-{r.late_submission_penalty:g})" if r.late_submission_penalty else "")
+
+
 def write_csv(results: list[StudentResult], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(
-            ["student", "status", "score", "max_score", "seconds", "problems", "error", "regraded"]
-        )
+        writer.writerow(["student", "status", *GRADE, "seconds", "problems", "error", "regraded"])
         for r in results:
             writer.writerow(
                 [
                     r.student,
                     r.status,
-                    r.score,
-                    r.max_score,
+                    *(getattr(r, name) for name in GRADE),
                     r.seconds,
                     "; ".join(r.problems),
                     r.error,

@@ -816,7 +816,9 @@ def html_page(course_id: str, reports: list[LessonReport]) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     after = reports[0].stuck_after if reports else STUCK_AFTER
     notes = (
-        f"<p>Scores from the nbgrader gradebook; mistakes and attempts from the course history. "
+        f"<p>Scores from the nbgrader gradebook, before any late penalty (<code>attn-grade "
+        f"batch</code> and <code>nbgrader export</code> show it); mistakes and attempts from the "
+        f"course history. "
         f"Mastered: at least {THRESHOLD:.0%} of the mastery questions' points. Stuck: the same "
         f"named mistake on the same exercise in each of the last {after} distinct "
         f"submissions. Not attempted: an exercise still unwritten or a question unanswered in "

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 from course import BIN, env, make_course, nbgrader
 from nbgrader.api import Gradebook
-from test_grade_students import STUDENTS, submit_all
+from test_grade_students import STUDENTS, student_notebook, submit, submit_all
 
 LESSONS = ["01-scoring", "02-softmax-masking"]
 pytestmark = [pytest.mark.slow, pytest.mark.lesson01, pytest.mark.lesson02]
@@ -254,3 +254,50 @@ def test_a_folder_that_is_no_course_is_one_clear_line_for_every_class_command(tm
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.strip() == f"attn-grade: {folder} does not look like an nbgrader course"
     assert sorted(p.name for p in folder.iterdir()) == ["submitted"]  # nothing written there
+
+
+DUE = "2026-01-01 00:00:00"
+
+
+def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_export_does(tmp_path):
+    """With a due date and nbgrader's late penalty set, the batch's table, JSON and CSV give each
+    student the grade ``nbgrader export`` gives (the raw score less the penalty) and how late
+    they were; a second run, which grades nobody again, shows the same."""
+    lesson = "01-scoring"
+    course = make_course(tmp_path / "course", [lesson])
+    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
+        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    done = nbgrader(course, "db", "assignment", "add", lesson, f"--duedate={DUE} UTC")
+    assert done.returncode == 0, done.stderr
+    when = {"on-time": "2025-12-31 23:00:00", "late": "2026-01-02 03:04:00",
+            "late-wrong": "2026-01-01 00:00:30"}  # fmt: skip
+    edits = {"on-time": {}, "late": {}, "late-wrong": STUDENTS[lesson]["scale-dk"]}
+    for student, time in when.items():
+        submit(course, lesson, student, student_notebook(lesson, edits[student]))
+        (course / "submitted" / student / lesson / "timestamp.txt").write_text(f"{time}.0 UTC")
+    first = attn_grade(course, "batch", lesson, "--course", str(course), "--json",
+                       "--csv", str(tmp_path / "batch.csv"))  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = {r["student"]: r for r in json.loads(first.stdout)}
+    assert nbgrader(course, "export", "--to", str(tmp_path / "export.csv")).returncode == 0
+    with open(tmp_path / "export.csv", newline="") as f:
+        exported = {row["student_id"]: row for row in csv.DictReader(f)}
+    with open(tmp_path / "batch.csv", newline="") as f:
+        written = {row["student"]: row for row in csv.DictReader(f)}
+    for student in when:
+        for column in ("raw_score", "late_submission_penalty", "score"):
+            theirs = float(exported[student][column])
+            assert results[student][column] == float(written[student][column]) == theirs, column
+    full = results["on-time"]["max_score"]
+    assert results["on-time"]["score"] == full and results["on-time"]["seconds_late"] == 0
+    assert results["late"]["raw_score"] == full and results["late"]["score"] == 0
+    assert results["late"]["seconds_late"] == (24 * 60 + 3 * 60 + 4) * 60
+    assert 0 < results["late-wrong"]["raw_score"] < full and results["late-wrong"]["score"] == 0
+    again = attn_grade(course, "batch", lesson, "--course", str(course))
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = {line.split()[0]: line for line in again.stdout.splitlines() if line[:1].isalpha()}
+    assert rows["student"].split()[:4] == ["student", "score", "status", "late"]
+    assert rows["late"].split()[:5] == ["late", f"0/{full:g}", "skipped", "1", "d"]
+    assert f"3 h (-{full:g})" in rows["late"]
+    assert "<1 min (-" in rows["late-wrong"] and "on-time" in rows
+    assert rows["on-time"].split()[:3] == ["on-time", f"{full:g}/{full:g}", "skipped"]
