@@ -335,7 +335,7 @@ class Notebook:
         return found[0]
 
     def shown(self) -> list[dict]:
-        cells = self.panel.element_handle().evaluate(CELLS_JS)
+        cells = self.panel.element_handle(timeout=60 * MS).evaluate(CELLS_JS)  # as the waits above
         assert len(cells) == len(self.cells), "the page shows another number of cells"
         return cells
 
