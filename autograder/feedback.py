@@ -35,16 +35,20 @@ def code(text: object, limit: int = 600) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _grades(coursedir, lesson: str, student: str, notebook: str) -> dict[str, tuple]:
+def _grades(coursedir, lesson: str, student: str, notebook: str) -> tuple[dict[str, tuple], float]:
+    """The notebook's grades (grade id → (score, max score)) and nbgrader's late penalty on it."""
     from nbgrader.api import Gradebook
 
     with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
         nb = gb.find_submission_notebook(notebook, lesson, student)
-        return {g.name: (g.score, g.max_score) for g in nb.grades}
+        grades = {g.name: (g.score, g.max_score) for g in nb.grades}
+        return grades, float(nb.late_submission_penalty or 0.0)
 
 
-def notebook_feedback(nb, result: dict, grades: dict[str, tuple], notebook: str) -> list[str]:
-    """Markdown lines for one autograded notebook."""
+def notebook_feedback(
+    nb, result: dict, grades: dict[str, tuple], notebook: str, penalty: float = 0.0
+) -> list[str]:
+    """Markdown lines for one autograded notebook (``penalty``: nbgrader's late penalty)."""
     verdicts: dict[int, list[dict]] = {}
     for v in result.get("verdicts", []):
         verdicts.setdefault(int(v["cell"]), []).append(v)
@@ -52,6 +56,10 @@ def notebook_feedback(nb, result: dict, grades: dict[str, tuple], notebook: str)
     total = sum(g[0] or 0 for g in grades.values())
     most = sum(g[1] or 0 for g in grades.values())
     lines += [f"Score: **{total:g} / {most:g}**", ""]
+    if penalty:
+        counts = max(0.0, total - penalty)
+        lines += [f"Submitted after the due date: the late penalty takes {penalty:g} points, so "
+                  f"this notebook counts **{counts:g} / {most:g}**.", ""]  # fmt: skip
     good, bad = [], []
     for index, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader", {})
@@ -103,8 +111,8 @@ def write_for(coursedir, lesson: str, student: str, results: dict) -> Path | Non
     for path in sorted(dest.glob("*.ipynb")):
         notebook = path.stem
         nb = nbformat.read(path, as_version=4)
-        grades = _grades(coursedir, lesson, student, notebook)
-        lines += notebook_feedback(nb, results.get(notebook, {}), grades, notebook)
+        grades, penalty = _grades(coursedir, lesson, student, notebook)
+        lines += notebook_feedback(nb, results.get(notebook, {}), grades, notebook, penalty)
     target = dest / FILENAME
     with contextlib.suppress(FileNotFoundError):
         os.chmod(target, 0o644)

@@ -262,7 +262,8 @@ DUE = "2026-01-01 00:00:00"
 def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_export_does(tmp_path):
     """With a due date and nbgrader's late penalty set, the batch's table, JSON and CSV give each
     student the grade ``nbgrader export`` gives (the raw score less the penalty) and how late
-    they were; a second run, which grades nobody again, shows the same."""
+    they were, and a late student's ``attn-feedback.md`` says what the penalty took; a second
+    run, which grades nobody again, shows the same."""
     lesson = "01-scoring"
     course = make_course(tmp_path / "course", [lesson])
     with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
@@ -293,6 +294,13 @@ def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_expo
     assert results["late"]["raw_score"] == full and results["late"]["score"] == 0
     assert results["late"]["seconds_late"] == (24 * 60 + 3 * 60 + 4) * 60
     assert 0 < results["late-wrong"]["raw_score"] < full and results["late-wrong"]["score"] == 0
+    said = {s: (course / "autograded" / s / lesson / "attn-feedback.md").read_text() for s in when}
+    assert (
+        f"the late penalty takes {full:g} points, so this notebook counts **0 / {full:g}**"
+        in (said["late"])
+        and f"Score: **{full:g} / {full:g}**" in said["late"]
+    )
+    assert "due date" not in said["on-time"]
     again = attn_grade(course, "batch", lesson, "--course", str(course))
     assert again.returncode == 0, again.stderr[-3000:]
     rows = {line.split()[0]: line for line in again.stdout.splitlines() if line[:1].isalpha()}
