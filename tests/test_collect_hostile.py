@@ -405,8 +405,8 @@ def test_a_late_submission_that_claims_to_be_on_time_is_taken_as_submitted_when_
 ):
     """A student submits on time with nbgrader's own submit; after the due date, they put a
     better notebook in by hand under a time before it (in its name, and an earlier one still in
-    its ``timestamp.txt``, which nbgrader's autograde would give the gradebook).
-    Its files' change time, which no student can set, says when it arrived: it is collected as
+    its ``timestamp.txt``, which nbgrader's autograde would give the gradebook). Its files'
+    change time, which no student can set, says when it arrived: it is collected as
     late (the gradebook counts the seconds), and ``--before-duedate`` takes the honest one. With
     nbgrader's rule (``trust_claimed_times``) the claim would stand: it is the change times that
     tell."""
@@ -420,7 +420,7 @@ def test_a_late_submission_that_claims_to_be_on_time_is_taken_as_submitted_when_
     inbound = exchange / COURSE / "inbound"
     (honest,) = inbound.glob(f"late+{LESSON}+*")
     claimed = parse_utc(honest.name.split("+")[2])
-    arrived = collect_module._last_change(str(honest), os.lstat(honest)) / 1e9
+    arrived = max(path.lstat().st_ctime for path in [honest, *honest.rglob("*")])
     due = datetime.fromtimestamp(arrived + 1, UTC)
     done = nbgrader(
         course, "db", "assignment", "add", LESSON, f"--duedate={due:%Y-%m-%d %H:%M:%S.%f} UTC"

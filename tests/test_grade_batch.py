@@ -273,9 +273,9 @@ def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_expo
     when = {"on-time": "2025-12-31 23:00:00", "late": "2026-01-02 03:04:00",
             "late-wrong": "2026-01-01 00:00:30"}  # fmt: skip
     edits = {"on-time": {}, "late": {}, "late-wrong": STUDENTS[lesson]["scale-dk"]}
-    for student, time in when.items():
+    for student, claimed in when.items():
         submit(course, lesson, student, student_notebook(lesson, edits[student]))
-        (course / "submitted" / student / lesson / "timestamp.txt").write_text(f"{time}.0 UTC")
+        (course / "submitted" / student / lesson / "timestamp.txt").write_text(f"{claimed}.0 UTC")
     first = attn_grade(course, "batch", lesson, "--course", str(course), "--json",
                        "--csv", str(tmp_path / "batch.csv"))  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
@@ -295,11 +295,8 @@ def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_expo
     assert results["late"]["seconds_late"] == (24 * 60 + 3 * 60 + 4) * 60
     assert 0 < results["late-wrong"]["raw_score"] < full and results["late-wrong"]["score"] == 0
     said = {s: (course / "autograded" / s / lesson / "attn-feedback.md").read_text() for s in when}
-    assert (
-        f"the late penalty takes {full:g} points, so this notebook counts **0 / {full:g}**"
-        in (said["late"])
-        and f"Score: **{full:g} / {full:g}**" in said["late"]
-    )
+    took = f"the late penalty takes {full:g} points, so this notebook counts **0 / {full:g}**"
+    assert took in said["late"] and f"Score: **{full:g} / {full:g}**" in said["late"]
     assert "due date" not in said["on-time"]
     again = attn_grade(course, "batch", lesson, "--course", str(course))
     assert again.returncode == 0, again.stderr[-3000:]
