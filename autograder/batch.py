@@ -20,7 +20,8 @@ What the batch adds:
   run out of time: each student who ran out of time in such a sandbox while others were graded
   beside it is graded again at the end, alone, and the second grade stands (``regraded``);
 * a journal (``COURSE/.attn-grade/LESSON.jsonl``): a batch killed half-way and rerun grades only
-  the students it had not finished (and anyone whose submission changed);
+  the students it had not finished, anyone whose submission changed, and anyone whose due date
+  changed (a new due date or an extension: nbgrader decides the late penalty when it grades);
 * a summary, ``--json``/``--csv``, and Markdown feedback per student (:mod:`autograder.feedback`).
 """
 
@@ -34,8 +35,10 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,6 +163,7 @@ class _Todo:
     name: str  # the folder name, as the file system has it
     folder: Path
     stamp: str
+    due: str | None  # the student's due date as the batch started (see due_dates)
     jobs: dict = field(default_factory=dict)  # notebook → (fingerprint, future)
 
 
@@ -218,7 +222,8 @@ def _run(
     journal = Journal(course, lesson)
     if options.force:
         journal.forget()
-    results, todo = [], []
+    due = due_dates(app.coursedir, lesson)
+    results, todo, moved = [], [], []
     for name, folder in submissions:
         shown = submission.shown(name)
         found = submission.problems(folder, folder.parent)
@@ -230,9 +235,13 @@ def _run(
         stamp = stamp_of(folder)
         if journal.done(shown, stamp) and _autograded_exists(app.coursedir, lesson, name):
             entry = journal.entries[shown]
-            results.append(StudentResult(shown, "skipped", **_grade_of(entry)))
-            continue
-        todo.append(_Todo(name, folder, stamp))
+            if entry.get("due", due(name)) == due(name):  # (a line from before: not moved)
+                results.append(StudentResult(shown, "skipped", **_grade_of(entry)))
+                continue
+            moved.append(f"{shown} ({when(entry['due'])} → {when(due(name))})")
+        todo.append(_Todo(name, folder, stamp, due(name)))
+    if moved:
+        print(MOVED.format(n=len(moved), who=_some(moved)), file=sys.stderr)
     if not todo:
         return sorted(results, key=lambda r: r.student)
 
@@ -274,7 +283,8 @@ def _run(
                 continue
             journal.mark({
                 "student": result.student, "status": result.status, "stamp": item.stamp,
-                **_grade_of(result.as_dict()), "error": result.error, "at": time.time(),
+                "due": item.due, **_grade_of(result.as_dict()), "error": result.error,
+                "at": time.time(),
             })  # fmt: skip
 
     try:
@@ -348,6 +358,45 @@ def _require_released(coursedir: CourseDirectory, lesson: str) -> None:
             except MissingEntry:
                 known = [assignment.name for assignment in gb.assignments]
     raise names.not_released(lesson, known, path or "the course's db_url")  # it may hold a password
+
+
+MOVED = (
+    "attn-grade batch: grading {n} student(s) again, whose due date changed since they were "
+    "graded (a new due date for the lesson, or an extension): {who}"
+)
+
+
+def due_dates(coursedir: CourseDirectory, lesson: str) -> Callable[[str], str | None]:
+    """``due(student)``: the student's due date of ``lesson`` now, as nbgrader counts lateness
+    from it (the lesson's due date, plus the student's extension), as ISO text; None without one.
+
+    nbgrader's late penalty is decided when a notebook is graded, from the due date then. The
+    batch keeps the due date it graded each student with (the journal's ``due``), and a student
+    whose due date has changed since is graded again, so the penalty follows the new one."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
+        assignment = gb.find_assignment(lesson)
+        lesson_due = _iso(assignment.duedate)
+        each = {}
+        for found in assignment.submissions:
+            with contextlib.suppress(TypeError):  # an extension to a lesson with no due date
+                each[found.student_id] = _iso(found.duedate)
+    return lambda student: each.get(student, lesson_due)
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat(sep=" ") if moment is not None else None
+
+
+def when(due: str | None) -> str:
+    """A journal's due date as the batch says it: to the minute, UTC (nbgrader keeps UTC)."""
+    return f"{due[:16]} UTC" if due else "no due date"
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    more = len(names) - shown
+    return "; ".join(names[:shown]) + (f"; and {more} more" if more > 0 else "")
 
 
 def _submissions(coursedir: CourseDirectory, lesson: str) -> list[tuple[str, Path]]:

@@ -306,3 +306,75 @@ def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_expo
     assert f"3 h (-{full:g})" in rows["late"]
     assert "<1 min (-" in rows["late-wrong"] and "on-time" in rows
     assert rows["on-time"].split()[:3] == ["on-time", f"{full:g}/{full:g}", "skipped"]
+
+
+def test_a_new_due_date_or_an_extension_grades_again_exactly_the_students_it_moves(tmp_path):
+    """nbgrader decides a late penalty when it grades, from the due date then. A rerun of the
+    batch grades again each student whose due date changed since (an extension, a new due date
+    for the lesson), and nobody else, so the penalty follows the new date without ``--force``."""
+    lesson = "01-scoring"
+    course = make_course(tmp_path / "course", [lesson])
+    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
+        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    assert (
+        nbgrader(course, "db", "assignment", "add", lesson, f"--duedate={DUE} UTC").returncode == 0
+    )
+    when = {"on-time": "2025-12-31 23:00:00", "late": "2026-01-02 03:04:00",
+            "a-bit-late": "2026-01-01 00:00:30"}  # fmt: skip
+    for student, claimed in when.items():
+        submit(course, lesson, student, student_notebook(lesson, {}))
+        (course / "submitted" / student / lesson / "timestamp.txt").write_text(f"{claimed}.0 UTC")
+
+    def batch() -> tuple[dict, str]:
+        done = attn_grade(course, "batch", lesson, "--course", str(course), "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {r["student"]: r for r in json.loads(done.stdout)}, done.stderr
+
+    def exported() -> dict[str, float]:
+        assert nbgrader(course, "export", "--to", str(tmp_path / "export.csv")).returncode == 0
+        with open(tmp_path / "export.csv", newline="") as f:
+            return {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
+
+    first, _ = batch()
+    full = first["on-time"]["max_score"]
+    scores = {"on-time": full, "late": 0.0, "a-bit-late": 0.0}
+    assert {s: r["score"] for s, r in first.items()} == scores == exported()
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention") as gb:
+        gb.grant_extension(lesson, "late", days=2)
+    second, said = batch()
+    assert {s: r["status"] for s, r in second.items()} == {
+        "on-time": "skipped", "late": "graded", "a-bit-late": "skipped"}  # fmt: skip
+    assert "grading 1 student(s) again, whose due date changed" in said
+    assert "late (2026-01-01 00:00 UTC → 2026-01-03 00:00 UTC)" in said
+    scores["late"] = full
+    assert {s: r["score"] for s, r in second.items()} == scores == exported()
+    assert second["late"]["late_submission_penalty"] == 0 and second["late"]["seconds_late"] == 0
+    feedback = (course / "autograded" / "late" / lesson / "attn-feedback.md").read_text()
+    assert "late penalty" not in feedback and f"Score: **{full:g} / {full:g}**" in feedback
+
+    later = "2026-01-01 01:00:00"  # the lesson's due date moves an hour: everyone's moves
+    assert (
+        nbgrader(course, "db", "assignment", "add", lesson, f"--duedate={later} UTC").returncode
+        == 0
+    )
+    third, said = batch()
+    assert {r["status"] for r in third.values()} == {"graded"}
+    assert "grading 3 student(s) again" in said
+    assert "a-bit-late (2026-01-01 00:00 UTC → 2026-01-01 01:00 UTC)" in said
+    assert "late (2026-01-03 00:00 UTC → 2026-01-03 01:00 UTC)" in said
+    scores["a-bit-late"] = full
+    assert {s: r["score"] for s, r in third.items()} == scores == exported()
+
+    fourth, said = batch()  # nothing moved since: nobody is graded again
+    assert {r["status"] for r in fourth.values()} == {"skipped"} and "again" not in said
+    assert {s: r["score"] for s, r in fourth.items()} == scores
+    journal = course / ".attn-grade" / f"{lesson}.jsonl"
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    due = {line["student"]: line["due"] for line in lines}  # each student's last line
+    assert due == {"on-time": later, "a-bit-late": later, "late": "2026-01-03 01:00:00"}
+    # a journal written before the due date was kept: its students are taken as not moved
+    journal.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "due"}) + "\n"
+                               for line in lines))  # fmt: skip
+    fifth, _ = batch()
+    assert {r["status"] for r in fifth.values()} == {"skipped"}
