@@ -607,8 +607,10 @@ def summary_table(results: list[StudentResult]) -> str:
     return "\n".join(lines)
 
 
-def lateness(r: StudentResult) -> str:
-    """How late a submission was, and nbgrader's penalty for it: ``1 d 3 h (-2)``."""
+def lateness(r) -> str:
+    """How late a submission was, and nbgrader's penalty for it: ``1 d 3 h (-2)`` (``r``: a
+    :class:`StudentResult`, or anything with its ``seconds_late`` and ``late_submission_penalty``,
+    such as a row of ``attn-grade report``)."""
     if r.seconds_late <= 0:
         return ""
     minutes = round(r.seconds_late / 60)

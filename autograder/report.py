@@ -19,7 +19,10 @@ Per lesson it computes three tables:
   ``test_q*``, at least :data:`attnlib.mastery.THRESHOLD` of their total), attempts (distinct
   submissions), whether they are *stuck*, grading seconds, and the course cells their current
   submission had changed by accident and grading set back (:mod:`autograder.cells`: a copied,
-  retyped or deleted cell; tell them to use a fresh copy of the lesson).
+  retyped or deleted cell; tell them to use a fresh copy of the lesson), and, with a due date,
+  how late they were, nbgrader's late penalty and the score after it (``nbgrader export``'s).
+  The scores everywhere else are the points the answers earned, before any penalty: what the
+  class learned, not what it was docked.
 
 **Stuck**: a student is stuck when the same named mistake, on the same graded cell, is in each of
 their last :data:`STUCK_AFTER` distinct submissions of a notebook (a regrade of an unchanged
@@ -146,6 +149,11 @@ class StudentStats:
     seconds: float | None  # grading time of the current submission(s)
     seconds_total: float  # grading time of every recorded grading
     set_back: list[str] = field(default_factory=list)  # course cells the current one changed
+    # after the due date (and the student's extension), and nbgrader's penalty for it; the
+    # score less the penalty, at least 0, is the grade ``nbgrader export`` gives
+    seconds_late: float = 0.0
+    late_submission_penalty: float = 0.0
+    score_after_penalty: float | None = None
 
 
 @dataclass
@@ -284,6 +292,18 @@ def scores_of(gb, lesson: str, cells: list[Cell]) -> dict[str, dict[str, float]]
     return out
 
 
+def lateness_of(gb, lesson: str) -> dict[str, tuple[float, float]]:
+    """student → (seconds late, nbgrader's late penalty), for every student with a submission
+    of ``lesson`` (see :class:`StudentStats`)."""
+    return {
+        submitted.student.id: (
+            float(submitted.total_seconds_late or 0.0),
+            float(submitted.late_submission_penalty or 0.0),
+        )
+        for submitted in gb.find_assignment(lesson).submissions
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # the history
 
@@ -419,10 +439,13 @@ def named(report: LessonReport, exercise: str | None = None) -> list[MistakeStat
             if not m.not_attempted and exercise in (None, m.exercise)]  # fmt: skip
 
 
-def student_stats(lesson, student, cells, grades, attempts, after=STUCK_AFTER) -> StudentStats:
-    """One student's row: score, mastery, attempts, stuck, grading time."""
+def student_stats(
+    lesson, student, cells, grades, attempts, after=STUCK_AFTER, late=(0.0, 0.0)
+) -> StudentStats:
+    """One student's row: score, mastery, attempts, stuck, grading time, lateness."""
     graded = grades is not None
     grades = grades or {}
+    score = round(sum(grades.values()), 6) if graded else None
     mastery_cells = [c for c in cells if c.mastery]
     mastery_score = sum(grades.get(c.key, 0.0) for c in mastery_cells)
     mastery_max = sum(c.max_score for c in mastery_cells)
@@ -431,7 +454,7 @@ def student_stats(lesson, student, cells, grades, attempts, after=STUCK_AFTER) -
     return StudentStats(
         lesson=lesson,
         student=student,
-        score=round(sum(grades.values()), 6) if graded else None,
+        score=score,
         max_score=sum(c.max_score for c in cells),
         cells={c.key: grades[c.key] for c in cells if c.key in grades},
         mastery_score=mastery_score,
@@ -444,6 +467,9 @@ def student_stats(lesson, student, cells, grades, attempts, after=STUCK_AFTER) -
         seconds=round(sum(a[-1].seconds for a in notebooks.values()), 3) if notebooks else None,
         seconds_total=round(sum(a.seconds for a in attempts), 3),
         set_back=[note for a in notebooks.values() for note in a[-1].repaired],
+        seconds_late=late[0],
+        late_submission_penalty=late[1],
+        score_after_penalty=max(0.0, round(score - late[1], 6)) if graded else None,
     )
 
 
@@ -465,6 +491,7 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
         raise ReportError(f"the gradebook has no lesson {lesson!r}; {known}") from error
     cells = cells_of(gb, lesson, source_order(coursedir, lesson))
     scores = scores_of(gb, lesson, cells)
+    late = lateness_of(gb, lesson)
     attempts = attempts_of(history.entries(course, lesson), cells)
     students = sorted(set(scores) | set(attempts))
     unbegun = unbegun_by_cell(attempts)
@@ -474,7 +501,9 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
         exercises=[exercise_stats(lesson, cell, scores, unbegun[cell.key]) for cell in cells],
         mistakes=mistake_stats(lesson, attempts),
         students=[
-            student_stats(lesson, s, cells, scores.get(s), attempts.get(s, []), after)
+            student_stats(
+                lesson, s, cells, scores.get(s), attempts.get(s, []), after, late.get(s, (0.0, 0.0))
+            )  # fmt: skip
             for s in students
         ],
         stuck_after=after,
@@ -503,6 +532,7 @@ def summary(report: LessonReport) -> dict:
         "mastered": sum(s.mastered is True for s in report.students),
         "stuck": sum(s.stuck for s in report.students),
         "set_back": sum(bool(s.set_back) for s in report.students),
+        "late": sum(s.seconds_late > 0 for s in report.students),
     }
 
 
@@ -516,9 +546,10 @@ def text_summary(reports: list[LessonReport]) -> str:
     for report in reports:
         s = summary(report)
         mean = "–" if s["mean_score"] is None else f"{s['mean_score']:g}"
+        late = f", {s['late']} late" if s["late"] else ""
         lines.append(
             f"{report.lesson}: {s['students']} students, mean {mean}/{s['max_score']:g}, "
-            f"{s['mastered']} mastered, {s['stuck']} stuck"
+            f"{s['mastered']} mastered, {s['stuck']} stuck{late}"
         )
         rows = [("exercise", "max", "full", "partial", "zero", "not attempted",
                  "top mistake now")]  # fmt: skip
@@ -689,6 +720,7 @@ h1{font-size:1.6rem}h2{border-bottom:2px solid #dee2e6;padding-bottom:.2rem;marg
 table{border-collapse:collapse;margin:.5rem 0 1rem}th,td{border:1px solid #dee2e6;
 padding:.25rem .6rem;text-align:left;vertical-align:top}th{background:#f1f3f5}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.late{white-space:nowrap}
 .summary{display:flex;gap:1.5rem;flex-wrap:wrap}.summary div{background:#f8f9fa;
 border-radius:.4rem;padding:.5rem 1rem}.summary b{display:block;font-size:1.4rem}
 .exercises{display:grid;grid-template-columns:repeat(auto-fill,minmax(20rem,1fr));gap:0 1.5rem}
@@ -724,12 +756,16 @@ def html_summary(report: LessonReport) -> str:
         ("mean score", f"{_mean(s['mean_score'])} / {s['max_score']:g}"),
         ("mastered", s["mastered"]),
         ("stuck", s["stuck"]),
+        *([("late", s["late"])] if s["late"] else []),
     ]
     cells = "".join(f'<div data-stat="{esc(k)}"><b>{esc(v)}</b>{esc(k)}</div>' for k, v in items)
     return f'<div class="summary">{cells}</div>'
 
 
 def html_students(report: LessonReport) -> str:
+    from .batch import lateness
+
+    late = summary(report)["late"] > 0  # a column of its own only then, as in the batch's table
     rows = []
     for s in report.students:
         mastery = {True: '<span class="yes">yes</span>', False: '<span class="no">no</span>',
@@ -740,15 +776,17 @@ def html_students(report: LessonReport) -> str:
         rows.append(
             f'<tr{klass} data-student="{esc(s.student)}"><td>{esc(s.student)}</td>'
             f'<td class="num score">{_num(s.score)}</td>'
-            f'<td class="num">{s.mastery_score:g} / {s.mastery_max:g}</td>'
+            + (f'<td class="num late">{esc(lateness(s))}</td>' if late else "")
+            + f'<td class="num">{s.mastery_score:g} / {s.mastery_max:g}</td>'
             f'<td class="mastered">{mastery}</td><td class="num attempts">{s.attempts}</td>'
             f'<td class="num">{_num(s.seconds)}</td><td class="stuck-on">{stuck}</td>'
             f'<td class="set-back">{set_back}</td></tr>'
         )
     most = summary(report)["max_score"]
     stuck = f"stuck (same mistake {report.stuck_after}×)"
-    header = ["student", f"score (of {most:g})", "mastery questions", "mastered", "attempts",
-              "grading s", stuck, "course cells set back"]  # fmt: skip
+    header = ["student", f"score (of {most:g})", *(["late (penalty)"] if late else []),
+              "mastery questions", "mastered", "attempts", "grading s", stuck,
+              "course cells set back"]  # fmt: skip
     return _table(header, rows, "students")
 
 
@@ -816,9 +854,10 @@ def html_page(course_id: str, reports: list[LessonReport]) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     after = reports[0].stuck_after if reports else STUCK_AFTER
     notes = (
-        f"<p>Scores from the nbgrader gradebook, before any late penalty (<code>attn-grade "
-        f"batch</code> and <code>nbgrader export</code> show it); mistakes and attempts from the "
-        f"course history. "
+        f"<p>Scores: the points the answers earned, from the nbgrader gradebook, before any late "
+        f"penalty (a late student's row says how late, and the penalty; the JSON and CSV give "
+        f"the score after it, as <code>nbgrader export</code> does); mistakes and attempts from "
+        f"the course history. "
         f"Mastered: at least {THRESHOLD:.0%} of the mastery questions' points. Stuck: the same "
         f"named mistake on the same exercise in each of the last {after} distinct "
         f"submissions. Not attempted: an exercise still unwritten or a question unanswered in "

@@ -7,8 +7,10 @@ then ``scale-dk`` resubmits twice with the same mistake (only whitespace changes
 submission) and is stuck, while ``wrong-axis`` resubmits once with its mistake and then fixes it,
 and is not. ``in-sessions`` works through the lesson over three sessions and submits after each,
 the last exercises and the mastery questions not begun every time: not stuck, counted as not
-attempted. One student's id is markup that starts like a spreadsheet formula. Every number of
-the report is compared with the gradebook; the page is opened in Chromium.
+attempted. One student's id is markup that starts like a spreadsheet formula. The lesson has a
+due date and nbgrader's late penalty "zero"; ``honest`` submitted a day and three hours late.
+Every number of the report is compared with the gradebook (and the score after the late penalty
+with ``nbgrader export``); the page is opened in Chromium.
 
 The first tests need no grading: they check the rules (attempts, stuck, mastery) on made-up
 history lines.
@@ -23,7 +25,7 @@ import subprocess
 
 import nbformat
 import pytest
-from course import BIN, env, make_course
+from course import BIN, env, make_course, nbgrader
 from hostile import copy_below
 from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
@@ -222,8 +224,11 @@ def graded_class(tmp_path_factory):
     shutil.move(course / "gradebook.db", db)  # the course's own gradebook, elsewhere
     with open(course / "nbgrader_config.py", "a", encoding="utf-8") as f:
         f.write(f"\nc.CourseDirectory.db_url = {f'sqlite:///{db}'!r}\n")
+        f.write('c.LateSubmissionPlugin.penalty_method = "zero"\n')
+    assert nbgrader(course, "db", "assignment", "add", LESSON, f"--duedate={DUE}").returncode == 0
     for student, edits in CLASS.items():
         submit(course, LESSON, student, student_notebook(LESSON, edits))
+    (course / "submitted" / "honest" / LESSON / "timestamp.txt").write_text(LATE)
     submit(course, LESSON, SESSIONS, in_sessions(1))
     assert {r["status"] for r in grade(course).values()} == {"graded"}
 
@@ -246,6 +251,10 @@ def graded_class(tmp_path_factory):
     data = json.loads(done.stdout)
     assert not (course / "gradebook.db").exists()
     return {"course": course, "db": f"sqlite:///{db}", "data": data, "out": out, "last": last}
+
+
+DUE = "2030-01-01 00:00:00 UTC"
+LATE = "2030-01-02 03:04:00.0 UTC"  # honest's submission: 1 d 3 h 4 min after DUE
 
 
 def gradebook(db_url):
@@ -278,6 +287,20 @@ def test_every_score_in_the_report_is_the_gradebooks(graded_class):
         assert row["cells"] == scores[student]
         assert row["score"] == totals[student] == sum(scores[student].values())
         assert row["max_score"] == sum(most.values()) == 17
+    export = graded_class["out"] / "export.csv"
+    done = nbgrader(graded_class["course"], "export", "--to", str(export))
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(export, newline="") as f:
+        exported = {row["student_id"]: row for row in csv.DictReader(f)}
+    for student, row in students.items():
+        theirs = exported[student]
+        assert row["score"] == float(theirs["raw_score"])
+        assert row["late_submission_penalty"] == float(theirs["late_submission_penalty"])
+        assert row["score_after_penalty"] == float(theirs["score"])
+    late = {s: (row["seconds_late"], row["late_submission_penalty"]) for s, row in students.items()}
+    assert late.pop("honest") == ((24 * 60 + 3 * 60 + 4) * 60, 17)
+    assert set(late.values()) == {(0, 0)} and lesson["summary"]["late"] == 1
+    assert students["honest"]["score"] == 17 and students["honest"]["score_after_penalty"] == 0
     source = nbformat.read(graded_class["course"] / "solutions" / LESSON / f"{LESSON}.ipynb", 4)
     order = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
              if c.metadata.get("nbgrader", {}).get("grade")]  # fmt: skip
@@ -421,7 +444,7 @@ def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class
 
     assert cli.main(["report", LESSON, "--course", str(graded_class["course"])]) == 0
     text = capsys.readouterr().out
-    assert f"{LESSON}: 7 students" in text and "1 stuck" in text
+    assert f"{LESSON}: 7 students" in text and "1 stuck, 1 late" in text
     assert "stuck: scale-dk (test_attention: " in text
     assert "course cells set back: wrong-axis (cell softmax appears 2 times" in text
     course_id, (one,) = report.build(graded_class["course"], [LESSON])
@@ -479,6 +502,11 @@ def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class
                 has=page.get_by_role("cell", name=student, exact=True)
             )
             expect(row.locator("td.score")).to_have_text(f"{totals[student]:g}")
+        late = page.locator("table.students td.late")
+        expect(late).to_have_count(len(totals))
+        expect(page.locator("tr[data-student='honest'] td.late")).to_have_text("1 d 3 h (-17)")
+        assert sorted(late.all_inner_texts()) == [""] * (len(totals) - 1) + ["1 d 3 h (-17)"]
+        expect(page.locator("[data-stat='late'] b")).to_have_text("1")
         set_back = page.locator("table.students tr[data-student='wrong-axis'] td.set-back")
         expect(set_back).to_contain_text("cell softmax appears 2 times")
         stuck = page.locator("table.students tr.stuck")
