@@ -295,13 +295,14 @@ def scores_of(gb, lesson: str, cells: list[Cell]) -> dict[str, dict[str, float]]
 def lateness_of(gb, lesson: str) -> dict[str, tuple[float, float]]:
     """student → (seconds late, nbgrader's late penalty), for every student with a submission
     of ``lesson`` (see :class:`StudentStats`)."""
-    return {
-        submitted.student.id: (
-            float(submitted.total_seconds_late or 0.0),
-            float(submitted.late_submission_penalty or 0.0),
-        )
-        for submitted in gb.find_assignment(lesson).submissions
-    }
+    out = {}
+    for submitted in gb.find_assignment(lesson).submissions:
+        try:
+            late = float(submitted.total_seconds_late or 0.0)
+        except TypeError:  # nbgrader's sum of no due date and an extension: not late
+            late = 0.0
+        out[submitted.student.id] = (late, float(submitted.late_submission_penalty or 0.0))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -517,3 +517,34 @@ def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class
         page.screenshot(path=str(graded_class["out"] / "report.png"), full_page=True)
     assert not dialogs and not problems, (dialogs, problems)
     assert all(url.startswith(("file:", "data:")) for url in requests), requests
+
+
+def test_an_extension_to_a_lesson_without_a_due_date_is_not_late(tmp_path):
+    """nbgrader adds an extension to the lesson's due date, and raises when there is none; the
+    report and the batch's due dates take such a student as on time, with no due date."""
+    import datetime
+
+    from autograder.batch import due_dates
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url, "attention") as gb:
+        gb.add_assignment(LESSON)
+        gb.add_student("alice")
+        gb.update_or_create_submission(LESSON, "alice", timestamp=datetime.datetime(2026, 1, 2, 12))
+        gb.grant_extension(LESSON, "alice", days=1)
+        with pytest.raises(TypeError):
+            gb.find_submission(LESSON, "alice").total_seconds_late  # noqa: B018 — nbgrader's own
+        assert report.lateness_of(gb, LESSON) == {"alice": (0.0, 0.0)}
+        gb.find_assignment(LESSON).duedate = datetime.datetime(2026, 1, 1)
+        gb.db.commit()
+        assert report.lateness_of(gb, LESSON) == {"alice": (12 * 3600.0, 0.0)}  # due the 2nd
+
+    class Course:
+        db_url, course_id = url, "attention"
+
+    assert due_dates(Course, LESSON)("alice") == "2026-01-02 00:00:00"
+    assert due_dates(Course, LESSON)("bob") == "2026-01-01 00:00:00"
+    with Gradebook(url, "attention") as gb:
+        gb.find_assignment(LESSON).duedate = None
+        gb.db.commit()
+    assert due_dates(Course, LESSON)("alice") is None
