@@ -504,7 +504,7 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
         students=[
             student_stats(
                 lesson, s, cells, scores.get(s), attempts.get(s, []), after, late.get(s, (0.0, 0.0))
-            )  # fmt: skip
+            )
             for s in students
         ],
         stuck_after=after,
