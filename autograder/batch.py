@@ -20,8 +20,9 @@ What the batch adds:
   run out of time: each student who ran out of time in such a sandbox while others were graded
   beside it is graded again at the end, alone, and the second grade stands (``regraded``);
 * a journal (``COURSE/.attn-grade/LESSON.jsonl``): a batch killed half-way and rerun grades only
-  the students it had not finished, anyone whose submission changed, and anyone whose due date
-  changed (a new due date or an extension: nbgrader decides the late penalty when it grades);
+  the students it had not finished, anyone whose submission changed, anyone whose due date
+  changed (a new due date or an extension: nbgrader decides the late penalty when it grades),
+  and, when the late penalty itself changed, every student who was late;
 * a summary, ``--json``/``--csv``, and Markdown feedback per student (:mod:`autograder.feedback`).
 """
 
@@ -222,8 +223,8 @@ def _run(
     journal = Journal(course, lesson)
     if options.force:
         journal.forget()
-    due = due_dates(app.coursedir, lesson)
-    results, todo, moved = [], [], []
+    due, rule = due_dates(app.coursedir, lesson), penalty_rule(app)
+    results, todo, moved, rerated = [], [], [], {}
     for name, folder in submissions:
         shown = submission.shown(name)
         found = submission.problems(folder, folder.parent)
@@ -235,13 +236,20 @@ def _run(
         stamp = stamp_of(folder)
         if journal.done(shown, stamp) and _autograded_exists(app.coursedir, lesson, name):
             entry = journal.entries[shown]
-            if entry.get("due", due(name)) == due(name):  # (a line from before: not moved)
+            if entry.get("due", due(name)) != due(name):  # (a line from before: not moved)
+                moved.append(f"{shown} ({when(entry['due'])} → {when(due(name))})")
+            elif _rerated(entry, rule):
+                rerated[shown] = entry["penalty"]
+            else:
                 results.append(StudentResult(shown, "skipped", **_grade_of(entry)))
                 continue
-            moved.append(f"{shown} ({when(entry['due'])} → {when(due(name))})")
         todo.append(_Todo(name, folder, stamp, due(name)))
     if moved:
         print(MOVED.format(n=len(moved), who=_some(moved)), file=sys.stderr)
+    if rerated:
+        was = " / ".join(sorted(set(rerated.values())))
+        who = _some(list(rerated))
+        print(RERATED.format(n=len(rerated), was=was, now=rule, who=who), file=sys.stderr)
     if not todo:
         return sorted(results, key=lambda r: r.student)
 
@@ -283,8 +291,8 @@ def _run(
                 continue
             journal.mark({
                 "student": result.student, "status": result.status, "stamp": item.stamp,
-                "due": item.due, **_grade_of(result.as_dict()), "error": result.error,
-                "at": time.time(),
+                "due": item.due, "penalty": rule, **_grade_of(result.as_dict()),
+                "error": result.error, "at": time.time(),
             })  # fmt: skip
 
     try:
@@ -383,6 +391,43 @@ def due_dates(coursedir: CourseDirectory, lesson: str) -> Callable[[str], str | 
             with contextlib.suppress(TypeError):  # an extension to a lesson with no due date
                 each[found.student_id] = _iso(found.duedate)
     return lambda student: each.get(student, lesson_due)
+
+
+RERATED = (
+    "attn-grade batch: grading {n} late student(s) again, as the late penalty changed since they "
+    "were graded ({was} → {now}): {who}"
+)
+
+
+def penalty_rule(app: AutogradeApp) -> str | None:
+    """The late penalty nbgrader applies now, as text: the plugin ``AssignLatePenalties`` builds,
+    with its configured values (``LateSubmissionPlugin(penalty_method='zero')``). None if it
+    cannot be built: then nbgrader cannot grade either, and says why.
+
+    Like the due date, the penalty is decided when a notebook is graded. The batch keeps the rule
+    it graded each student with (the journal's ``penalty``), and when the rule has changed since,
+    every student who was late then is graded again (nobody on time: nbgrader asks the plugin
+    only about late submissions). A change to a plugin's code, not its configuration, is not
+    seen: ``--force``."""
+    from nbgrader.preprocessors import AssignLatePenalties
+
+    try:
+        step = AssignLatePenalties(config=app.config)
+        step.init_plugin()
+    except Exception:  # noqa: BLE001
+        return None
+    plugin = step.plugin_inst
+    values = ", ".join(
+        f"{k}={getattr(plugin, k)!r}" for k in sorted(plugin.trait_names(config=True))
+    )
+    return f"{type(plugin).__name__}({values})"
+
+
+def _rerated(entry: dict, rule: str | None) -> bool:
+    """Whether a journal line's student was late and graded under another late penalty than
+    ``rule`` (a line from before the rule was kept, or either rule unknown: not rerated)."""
+    then = entry.get("penalty")
+    return bool(rule and then and then != rule and float(entry.get("seconds_late") or 0) > 0)
 
 
 def _iso(moment) -> str | None:

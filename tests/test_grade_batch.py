@@ -12,11 +12,17 @@ import csv
 import json
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from course import BIN, env, make_course, nbgrader
 from nbgrader.api import Gradebook
+from nbgrader.plugins import LateSubmissionPlugin
 from test_grade_students import STUDENTS, student_notebook, submit, submit_all
+from traitlets import Float
+from traitlets.config import Config
+
+from autograder.batch import penalty_rule
 
 LESSONS = ["01-scoring", "02-softmax-masking"]
 pytestmark = [pytest.mark.slow, pytest.mark.lesson01, pytest.mark.lesson02]
@@ -257,6 +263,39 @@ def test_a_folder_that_is_no_course_is_one_clear_line_for_every_class_command(tm
 
 
 DUE = "2026-01-01 00:00:00"
+WHEN = {"on-time": "2025-12-31 23:00:00", "late": "2026-01-02 03:04:00",
+        "late-wrong": "2026-01-01 00:00:30", "a-bit-late": "2026-01-01 00:00:30"}  # fmt: skip
+
+
+def late_class(folder, lesson: str, edits: dict[str, dict], penalty: str | None):
+    """A course of ``lesson`` due on :data:`DUE`, with one submission per student of ``edits``
+    (its edits to the solution), submitted at the student's time in :data:`WHEN`."""
+    course = make_course(folder, [lesson])
+    if penalty:
+        with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
+            config.write(f"\nc.LateSubmissionPlugin.penalty_method = {penalty!r}\n")
+    done = nbgrader(course, "db", "assignment", "add", lesson, f"--duedate={DUE} UTC")
+    assert done.returncode == 0, done.stderr
+    for student, edit in edits.items():
+        submit(course, lesson, student, student_notebook(lesson, edit))
+        claimed = WHEN[student]
+        (course / "submitted" / student / lesson / "timestamp.txt").write_text(f"{claimed}.0 UTC")
+    return course
+
+
+def batch_json(course, lesson: str) -> tuple[dict, str]:
+    """``attn-grade batch --json``: each student's result, and what it said on stderr."""
+    done = attn_grade(course, "batch", lesson, "--course", str(course), "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["student"]: r for r in json.loads(done.stdout)}, done.stderr
+
+
+def exported(course, column: str = "score") -> dict[str, float]:
+    """Each student's ``column`` in ``nbgrader export``'s CSV."""
+    out = course.parent / "export.csv"
+    assert nbgrader(course, "export", "--to", str(out)).returncode == 0
+    with open(out, newline="") as f:
+        return {row["student_id"]: float(row[column]) for row in csv.DictReader(f)}
 
 
 def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_export_does(tmp_path):
@@ -265,36 +304,25 @@ def test_a_late_submission_shows_how_late_and_nbgraders_penalty_as_nbgrader_expo
     they were, and a late student's ``attn-feedback.md`` says what the penalty took; a second
     run, which grades nobody again, shows the same."""
     lesson = "01-scoring"
-    course = make_course(tmp_path / "course", [lesson])
-    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
-        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
-    done = nbgrader(course, "db", "assignment", "add", lesson, f"--duedate={DUE} UTC")
-    assert done.returncode == 0, done.stderr
-    when = {"on-time": "2025-12-31 23:00:00", "late": "2026-01-02 03:04:00",
-            "late-wrong": "2026-01-01 00:00:30"}  # fmt: skip
     edits = {"on-time": {}, "late": {}, "late-wrong": STUDENTS[lesson]["scale-dk"]}
-    for student, claimed in when.items():
-        submit(course, lesson, student, student_notebook(lesson, edits[student]))
-        (course / "submitted" / student / lesson / "timestamp.txt").write_text(f"{claimed}.0 UTC")
+    course = late_class(tmp_path / "course", lesson, edits, penalty="zero")
     first = attn_grade(course, "batch", lesson, "--course", str(course), "--json",
                        "--csv", str(tmp_path / "batch.csv"))  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
     results = {r["student"]: r for r in json.loads(first.stdout)}
-    assert nbgrader(course, "export", "--to", str(tmp_path / "export.csv")).returncode == 0
-    with open(tmp_path / "export.csv", newline="") as f:
-        exported = {row["student_id"]: row for row in csv.DictReader(f)}
     with open(tmp_path / "batch.csv", newline="") as f:
         written = {row["student"]: row for row in csv.DictReader(f)}
-    for student in when:
-        for column in ("raw_score", "late_submission_penalty", "score"):
-            theirs = float(exported[student][column])
-            assert results[student][column] == float(written[student][column]) == theirs, column
+    for column in ("raw_score", "late_submission_penalty", "score"):
+        theirs = exported(course, column)
+        for student in edits:
+            assert results[student][column] == float(written[student][column]), column
+            assert results[student][column] == theirs[student], column
     full = results["on-time"]["max_score"]
     assert results["on-time"]["score"] == full and results["on-time"]["seconds_late"] == 0
     assert results["late"]["raw_score"] == full and results["late"]["score"] == 0
     assert results["late"]["seconds_late"] == (24 * 60 + 3 * 60 + 4) * 60
     assert 0 < results["late-wrong"]["raw_score"] < full and results["late-wrong"]["score"] == 0
-    said = {s: (course / "autograded" / s / lesson / "attn-feedback.md").read_text() for s in when}
+    said = {s: (course / "autograded" / s / lesson / "attn-feedback.md").read_text() for s in edits}
     took = f"the late penalty takes {full:g} points, so this notebook counts **0 / {full:g}**"
     assert took in said["late"] and f"Score: **{full:g} / {full:g}**" in said["late"]
     assert "due date" not in said["on-time"]
@@ -313,42 +341,23 @@ def test_a_new_due_date_or_an_extension_grades_again_exactly_the_students_it_mov
     batch grades again each student whose due date changed since (an extension, a new due date
     for the lesson), and nobody else, so the penalty follows the new date without ``--force``."""
     lesson = "01-scoring"
-    course = make_course(tmp_path / "course", [lesson])
-    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
-        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
-    assert (
-        nbgrader(course, "db", "assignment", "add", lesson, f"--duedate={DUE} UTC").returncode == 0
-    )
-    when = {"on-time": "2025-12-31 23:00:00", "late": "2026-01-02 03:04:00",
-            "a-bit-late": "2026-01-01 00:00:30"}  # fmt: skip
-    for student, claimed in when.items():
-        submit(course, lesson, student, student_notebook(lesson, {}))
-        (course / "submitted" / student / lesson / "timestamp.txt").write_text(f"{claimed}.0 UTC")
+    edits = {"on-time": {}, "late": {}, "a-bit-late": {}}
+    course = late_class(tmp_path / "course", lesson, edits, penalty="zero")
 
-    def batch() -> tuple[dict, str]:
-        done = attn_grade(course, "batch", lesson, "--course", str(course), "--json")
-        assert done.returncode == 0, done.stderr[-3000:]
-        return {r["student"]: r for r in json.loads(done.stdout)}, done.stderr
-
-    def exported() -> dict[str, float]:
-        assert nbgrader(course, "export", "--to", str(tmp_path / "export.csv")).returncode == 0
-        with open(tmp_path / "export.csv", newline="") as f:
-            return {row["student_id"]: float(row["score"]) for row in csv.DictReader(f)}
-
-    first, _ = batch()
+    first, _ = batch_json(course, lesson)
     full = first["on-time"]["max_score"]
     scores = {"on-time": full, "late": 0.0, "a-bit-late": 0.0}
-    assert {s: r["score"] for s, r in first.items()} == scores == exported()
+    assert {s: r["score"] for s, r in first.items()} == scores == exported(course)
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention") as gb:
         gb.grant_extension(lesson, "late", days=2)
-    second, said = batch()
+    second, said = batch_json(course, lesson)
     assert {s: r["status"] for s, r in second.items()} == {
         "on-time": "skipped", "late": "graded", "a-bit-late": "skipped"}  # fmt: skip
     assert "grading 1 student(s) again, whose due date changed" in said
     assert "late (2026-01-01 00:00 UTC → 2026-01-03 00:00 UTC)" in said
     scores["late"] = full
-    assert {s: r["score"] for s, r in second.items()} == scores == exported()
+    assert {s: r["score"] for s, r in second.items()} == scores == exported(course)
     assert second["late"]["late_submission_penalty"] == 0 and second["late"]["seconds_late"] == 0
     feedback = (course / "autograded" / "late" / lesson / "attn-feedback.md").read_text()
     assert "late penalty" not in feedback and f"Score: **{full:g} / {full:g}**" in feedback
@@ -358,15 +367,15 @@ def test_a_new_due_date_or_an_extension_grades_again_exactly_the_students_it_mov
         nbgrader(course, "db", "assignment", "add", lesson, f"--duedate={later} UTC").returncode
         == 0
     )
-    third, said = batch()
+    third, said = batch_json(course, lesson)
     assert {r["status"] for r in third.values()} == {"graded"}
     assert "grading 3 student(s) again" in said
     assert "a-bit-late (2026-01-01 00:00 UTC → 2026-01-01 01:00 UTC)" in said
     assert "late (2026-01-03 00:00 UTC → 2026-01-03 01:00 UTC)" in said
     scores["a-bit-late"] = full
-    assert {s: r["score"] for s, r in third.items()} == scores == exported()
+    assert {s: r["score"] for s, r in third.items()} == scores == exported(course)
 
-    fourth, said = batch()  # nothing moved since: nobody is graded again
+    fourth, said = batch_json(course, lesson)  # nothing moved since: nobody is graded again
     assert {r["status"] for r in fourth.values()} == {"skipped"} and "again" not in said
     assert {s: r["score"] for s, r in fourth.items()} == scores
     journal = course / ".attn-grade" / f"{lesson}.jsonl"
@@ -376,5 +385,83 @@ def test_a_new_due_date_or_an_extension_grades_again_exactly_the_students_it_mov
     # a journal written before the due date was kept: its students are taken as not moved
     journal.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "due"}) + "\n"
                                for line in lines))  # fmt: skip
-    fifth, _ = batch()
+    fifth, _ = batch_json(course, lesson)
     assert {r["status"] for r in fifth.values()} == {"skipped"}
+
+
+def test_a_new_late_penalty_grades_again_exactly_the_students_who_were_late(tmp_path):
+    """nbgrader's late penalty is decided when it grades, by the plugin configured then. When the
+    configuration changes (here ``penalty_method`` from nbgrader's default "none" to "zero"), a
+    rerun grades again each student who was late, and nobody on time; ``nbgrader export`` agrees."""
+    lesson = "01-scoring"
+    edits = {"on-time": {}, "late": {}, "late-wrong": STUDENTS[lesson]["scale-dk"]}
+    course = late_class(tmp_path / "course", lesson, edits, penalty=None)
+
+    first, _ = batch_json(course, lesson)  # no penalty configured: nbgrader's default takes nothing
+    raw = {s: r["raw_score"] for s, r in first.items()}
+    assert {s: r["score"] for s, r in first.items()} == raw == exported(course)
+    assert first["late"]["seconds_late"] > 0 and first["on-time"]["seconds_late"] == 0
+
+    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
+        config.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    second, said = batch_json(course, lesson)
+    assert {s: r["status"] for s, r in second.items()} == {
+        "on-time": "skipped", "late": "graded", "late-wrong": "graded"}  # fmt: skip
+    assert (
+        "grading 2 late student(s) again, as the late penalty changed since they were graded "
+        "(LateSubmissionPlugin(penalty_method='none') → LateSubmissionPlugin(penalty_method="
+        "'zero')): late; late-wrong" in said
+    )
+    scores = {"on-time": raw["on-time"], "late": 0.0, "late-wrong": 0.0}
+    assert {s: r["score"] for s, r in second.items()} == scores == exported(course)
+    assert second["late"]["late_submission_penalty"] == raw["late"] > 0
+
+    third, said = batch_json(course, lesson)  # nothing changed since: nobody is graded again
+    assert {r["status"] for r in third.values()} == {"skipped"} and "again" not in said
+    assert {s: r["score"] for s, r in third.items()} == scores
+    # a journal written before the penalty was kept: its students are taken as not rerated
+    journal = course / ".attn-grade" / f"{lesson}.jsonl"
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert {line["penalty"] for line in lines} == {
+        "LateSubmissionPlugin(penalty_method='none')", "LateSubmissionPlugin(penalty_method='zero')"
+    }  # fmt: skip
+    journal.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "penalty"}) + "\n"
+                               for line in lines))  # fmt: skip
+    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as config:
+        config.write('c.LateSubmissionPlugin.penalty_method = "none"\n')
+    fourth, said = batch_json(course, lesson)
+    assert {r["status"] for r in fourth.values()} == {"skipped"} and "again" not in said
+
+
+class PerHour(LateSubmissionPlugin):
+    """A plugin of an instructor's own: a point off per hour late."""
+
+    per_hour = Float(1.0).tag(config=True)
+
+    def late_submission_penalty(self, student_id, score, total_seconds_late):
+        return self.per_hour * total_seconds_late / 3600
+
+
+class Broken(LateSubmissionPlugin):
+    def __init__(self, **kwargs):
+        raise RuntimeError("no")
+
+
+def test_the_late_penalty_rule_names_the_plugin_and_every_setting_that_changes_a_penalty():
+    """What the journal keeps of the penalty: the class ``AssignLatePenalties`` builds and its
+    configured values, so another plugin or another setting of it is a change, and the same
+    configuration written again is not; a plugin that cannot be built is no known rule."""
+
+    def rule(**sections) -> str | None:
+        return penalty_rule(SimpleNamespace(config=Config(sections)))
+
+    assert rule() == "LateSubmissionPlugin(penalty_method='none')"
+    assert rule(LateSubmissionPlugin={"penalty_method": "zero"}) == (
+        "LateSubmissionPlugin(penalty_method='zero')"
+    )
+    mine = {"plugin_class": PerHour}
+    assert rule(AssignLatePenalties=mine) == "PerHour(penalty_method='none', per_hour=1.0)"
+    assert rule(AssignLatePenalties=mine, PerHour={"per_hour": 0.5}) == (
+        "PerHour(penalty_method='none', per_hour=0.5)"
+    )
+    assert rule(AssignLatePenalties={"plugin_class": Broken}) is None
