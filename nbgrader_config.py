@@ -51,6 +51,8 @@ c.TrustedExecute.budget = 300
 # pipe or one over nbgrader's size limits, without stopping the rest of the class
 # (docs/grading.md). Where every server runs as one account (Kubernetes), the hub gives each student
 # a folder of their own in the exchange (c.StudentFolders.enabled, autograder/student_folders.py):
-# the collect then reads those, and releasing feedback writes into them.
+# the collect then reads those, releasing feedback writes into them, and `nbgrader list --inbound`
+# lists them.
 c.ExchangeFactory.collect = "autograder.collect.CheckedCollect"
 c.ExchangeFactory.release_feedback = "autograder.student_folders.FolderReleaseFeedback"
+c.ExchangeFactory.list = "autograder.student_folders.FolderList"

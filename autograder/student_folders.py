@@ -16,8 +16,9 @@ and the hub mounts into a student's server only ``outbound`` (read-only), that s
 A student's nbgrader sees its usual layout and runs unchanged; an instructor's server mounts
 the whole volume. Who submitted is then the folder an entry is in, not its owner:
 :class:`autograder.collect.CheckedCollect` collects each folder's entries under the folder's
-id and sets aside an entry named for anyone else, and :class:`FolderReleaseFeedback` releases
-each student's feedback into their own folder.
+id and sets aside an entry named for anyone else, :class:`FolderReleaseFeedback` releases
+each student's feedback into their own folder, and :class:`FolderList` makes the instructor's
+``nbgrader list --inbound`` list every student's folder.
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 from fnmatch import fnmatchcase
+from itertools import groupby
 
+from nbgrader.exchange.default.list import ExchangeList
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
+from nbgrader.utils import notebook_hash
 from traitlets import Bool
 from traitlets.config import Configurable
 
-from autograder.submission import name_problems, printable
+from autograder.submission import Refused, name_problems, printable, read
 
 STUDENTS = "students"  # in the course's folder of the exchange: one folder per student
 INBOUND, FEEDBACK = "inbound", "feedback"  # in a student's folder
@@ -99,3 +104,104 @@ class FolderReleaseFeedback(ExchangeReleaseFeedback, StudentFolders):
             else:
                 found.append((match["student"], folder))
         return found
+
+
+class FolderList(ExchangeList, StudentFolders):
+    """nbgrader's ``list``; with student folders on, ``--inbound`` (an instructor's) lists each
+    student's own ``inbound``, and says whether their feedback waits in their own ``feedback``.
+
+    nbgrader looks in ``EXCHANGE/COURSE/inbound``, which no longer holds anything, so it listed
+    nobody. An entry named for a student other than its folder's is not listed but named in the
+    log, as the collect sets it aside. A student's folder is theirs to fill from their server, so
+    nothing in it is read through a link or past a size (:func:`autograder.submission.read`), and
+    an entry that is not a folder (``--remove`` would delete through a link) is not listed."""
+
+    def init_dest(self) -> None:
+        if not (self.enabled and self.inbound):
+            return super().init_dest()
+        c = self.coursedir
+        assignment, student = c.assignment_id or "*", c.student_id or "*"
+        self.assignments = []
+        for course_path in sorted(glob.glob(os.path.join(self.root, c.course_id or "*"))):
+            for owner, folder in student_folders(course_path, student):
+                inbound = os.path.join(glob.escape(folder), INBOUND)
+                for path in sorted(glob.glob(os.path.join(inbound, f"*+{assignment}+*"))):
+                    why = _not_listed(path, owner)
+                    if why:
+                        where = printable(os.path.relpath(path, course_path))
+                        self.log.warning(f"Not listed: {where}: {why}")
+                    else:
+                        self.assignments.append(path)
+
+    def parse_assignments(self) -> list[dict]:
+        if not (self.enabled and self.inbound):
+            return super().parse_assignments()
+        found = sorted((self._entry(path) for path in self.assignments), key=_whose)
+        groups = [sorted(entries, key=lambda info: info["timestamp"])
+                  for _, entries in groupby(found, _whose)]  # fmt: skip
+        return [{**{k: entries[0][k] for k in WHOSE}, "status": "submitted",
+                 "submissions": entries} for entries in groups]  # fmt: skip
+
+    def _entry(self, path: str) -> dict:
+        """nbgrader's record of one submission (as its ``parse_assignments`` makes for
+        ``--inbound``), its feedback looked for in the student's own folder."""
+        inbound = os.path.dirname(path)
+        folder = os.path.dirname(inbound)
+        course_path = os.path.dirname(os.path.dirname(folder))
+        student = os.path.basename(folder)
+        assignment, timestamp, *rest = os.path.basename(path)[len(student) + 1 :].split("+", 2)
+        info = {"course_id": os.path.basename(course_path), "student_id": student,
+                "assignment_id": assignment, "timestamp": timestamp,
+                "random_string": f"+{rest[0]}" if rest else None, "status": "submitted",
+                "path": path, "has_local_feedback": False, "feedback_updated": False,
+                "local_feedback_path": None}  # fmt: skip
+        secret = _text(os.path.join(path, "submission_secret.txt"), limit=SECRET_BYTES)
+        info["notebooks"] = []
+        for notebook in sorted(glob.glob(os.path.join(glob.escape(path), "*.ipynb"))):
+            notebook_id = os.path.splitext(os.path.basename(notebook))[0]
+            # where nbgrader's release_feedback puts the page: named from the submission's secret
+            page = secret and notebook_hash(secret=secret, notebook_id=notebook_id)
+            page = page and os.path.join(folder, FEEDBACK, f"{page}.html")
+            info["notebooks"].append({
+                "notebook_id": notebook_id, "path": os.path.abspath(notebook),
+                "has_local_feedback": False, "local_feedback_path": None,
+                "feedback_updated": False,
+                "has_exchange_feedback": bool(page) and os.path.isfile(page),
+            })  # fmt: skip
+        books = info["notebooks"]
+        info["has_exchange_feedback"] = bool(books) and all(
+            nb["has_exchange_feedback"] for nb in books
+        )
+        if not books:
+            self.log.warning(f"No notebooks found in {printable(path)}")
+        return info
+
+
+WHOSE = ("course_id", "student_id", "assignment_id")  # nbgrader's list groups submissions by
+
+
+def _whose(info: dict) -> tuple[str, ...]:
+    return tuple(info[k] for k in WHOSE)
+
+
+SECRET_BYTES = 1024  # a submission's secret: nbgrader writes 128 hexadecimal digits
+
+
+def _not_listed(path: str, owner: str) -> str | None:
+    """Why the inbound entry ``path`` in ``owner``'s folder is not theirs to list, or None."""
+    if not os.path.basename(path).startswith(f"{owner}+"):
+        return f"it is not named for {owner}, whose folder it is in"
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return "it is not a folder"
+    except OSError as error:
+        return f"it cannot be read ({error.strerror})"
+    return None
+
+
+def _text(path: str, limit: int) -> str | None:
+    """A regular file's text, read as :func:`autograder.submission.read` does; None if none."""
+    try:
+        return read(path, limit).decode("utf-8", "replace")
+    except (OSError, Refused):
+        return None

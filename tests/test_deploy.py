@@ -247,16 +247,19 @@ def test_values_set_what_the_instructors_guide_promises():
 
 @pytest.mark.parametrize("role", ["instructor", "student"])
 def test_the_shared_config_gives_instructors_the_courses_collect(role, monkeypatch):
-    """An instructor's course directory copied before the course had its own collect still
-    collects with it; students never collect."""
+    """An instructor's course directory copied before the course had its own collect, feedback
+    release and inbound list still uses them; students never collect, and list as nbgrader does."""
     from nbgrader.exchange import ExchangeFactory
 
     from autograder.collect import CheckedCollect
+    from autograder.student_folders import FolderList, FolderReleaseFeedback
 
     monkeypatch.setenv("ATTN_ROLE", role)
     config = PyFileConfigLoader("nbgrader_config.py", path=str(DEPLOY / "jupyter" / "common"))
-    collect = ExchangeFactory(config=config.load_config()).collect
-    assert (collect is CheckedCollect) == (role == "instructor"), collect
+    factory = ExchangeFactory(config=config.load_config())
+    ours = (factory.collect, factory.release_feedback, factory.list)
+    theirs = (CheckedCollect, FolderReleaseFeedback, FolderList)
+    assert [a is b for a, b in zip(ours, theirs, strict=True)] == [role == "instructor"] * 3, ours
 
 
 def _load_hub_config(tmp_path, **env):

@@ -286,6 +286,10 @@ def test_the_class_submits_and_gets_feedback_through_folders_of_its_own(tmp_path
     (alices,) = (pods.volume / COURSE / "students" / "alice" / "inbound").iterdir()
     got = (submitted / "alice" / LESSON / f"{LESSON}.ipynb").read_bytes()
     assert got == (alices / f"{LESSON}.ipynb").read_bytes(), "alice is graded on what she sent"
+    listed = teach(str(BIN / "nbgrader"), "list", "--inbound")
+    assert listed.count(f"{COURSE} alice {LESSON} ") == listed.count(f"{COURSE} bob {LESSON} ") == 1
+    assert listed.count("(no feedback available)") == 2, listed
+    assert f"Not listed: students/bob/inbound/{forged}: it is not named for bob" in listed
     teach(str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--no-progress")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         found = gb.find_assignment(LESSON).submissions
@@ -309,3 +313,21 @@ def test_the_class_submits_and_gets_feedback_through_folders_of_its_own(tmp_path
         assert page.read_bytes() == theirs.read_bytes(), f"{name} fetched their own page"
         pages[name] = page.read_bytes()
     assert pages["alice"] != pages["bob"]
+
+    # the instructor lists what is in every student's folder, whose feedback waits for them,
+    # and is not led anywhere by the links bob leaves there for the listing
+    bobs = f"{exchange}/inbound/bob+{LESSON}+{FUTURE}+links"
+    links = (f"mkdir '{bobs}' && ln -s /dev/zero '{bobs}/{LESSON}.ipynb' && ln -s /dev/zero "
+             f"'{bobs}/submission_secret.txt' && ln -s ../../alice/inbound "
+             f"'{exchange}/inbound/bob+{LESSON}+{FUTURE}+alices'")  # fmt: skip
+    _check(pods.run(specs["bob"], homes["bob"], "sh", "-c", links), "bob leaves links")
+    listed = teach(str(BIN / "nbgrader"), "list", "--inbound")
+    lines = [line.split("] ", 1)[-1] for line in listed.splitlines() if f" {LESSON} " in line]
+    (sent,) = (pods.volume / COURSE / "students" / "alice" / "inbound").iterdir()
+    assert sorted(lines) == sorted([
+        f"{COURSE} alice {LESSON} {sent.name.split('+')[2]} (feedback ready to be fetched)",
+        f"{COURSE} bob {LESSON} {mine.name.split('+')[2]} (feedback ready to be fetched)",
+        f"{COURSE} bob {LESSON} {FUTURE} (no feedback available)",
+    ]), listed  # fmt: skip
+    assert f"Not listed: students/bob/inbound/bob+{LESSON}+{FUTURE}+alices: it is not a folder" \
+        in listed  # fmt: skip

@@ -15,12 +15,14 @@ c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE_ROOT", "/srv/nbgrader/exchan
 if os.environ.get("ATTN_ROLE") == "instructor":
     if os.environ.get("ATTN_COURSE_DIR"):
         c.CourseDirectory.root = os.environ["ATTN_COURSE_DIR"]
-    # The course's collect and feedback release, as the course's nbgrader_config.py sets them,
-    # also for a course directory copied before they existed.
+    # The course's collect, feedback release and inbound list, as the course's
+    # nbgrader_config.py sets them, also for a course directory copied before they existed.
     c.ExchangeFactory.collect = "autograder.collect.CheckedCollect"
     c.ExchangeFactory.release_feedback = "autograder.student_folders.FolderReleaseFeedback"
+    c.ExchangeFactory.list = "autograder.student_folders.FolderList"
     # On Kubernetes each student's server mounts only its own folders of the exchange
-    # (deploy/z2jh/values.yaml); the instructor's collects from and releases feedback into them.
+    # (deploy/z2jh/values.yaml); the instructor's collects from, lists and releases
+    # feedback into them.
     if os.environ.get("ATTN_STUDENT_FOLDERS") == "1":
         c.StudentFolders.enabled = True
 elif os.environ.get("ATTN_STUDENT_ID"):
