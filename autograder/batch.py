@@ -89,10 +89,17 @@ class Journal:
             f.flush()
             os.fsync(f.fileno())
 
-    def forget(self) -> None:
-        self.entries = {}
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+    def forget(self, students: list[str] | None = None) -> None:
+        """Forget every student (None), or those of ``students``: a line that none of them is
+        done is written for each, so a rerun after a kill still grades them."""
+        if students is None:
+            self.entries = {}
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            return
+        for student in students:
+            if student in self.entries:
+                self.mark({"student": student, "status": "forced", "at": time.time()})
 
 
 def stamp_of(folder: Path) -> str:
@@ -157,6 +164,7 @@ class BatchOptions:
     feedback: bool = True
     log_level: str = "ERROR"
     dask: str | None = None  # a Dask scheduler address, or "local:N"
+    student: str = "*"  # only these students: an id, or a glob (nbgrader's --student)
 
 
 @dataclass
@@ -219,10 +227,16 @@ def _run(
         raise names.nothing_matches(
             app.coursedir, app.coursedir.submitted_directory, lesson, "nobody has submitted it yet"
         )
+    if options.student != "*":
+        where = app.coursedir.format_path(app.coursedir.submitted_directory, "*", lesson)
+        chosen = set(names.chosen_students((n for n, _ in submissions), options.student, where))
+        submissions = [(name, folder) for name, folder in submissions if name in chosen]
     _require_released(app.coursedir, lesson)
     journal = Journal(course, lesson)
     if options.force:
-        journal.forget()
+        journal.forget(
+            None if options.student == "*" else [submission.shown(n) for n, _ in submissions]
+        )
     due, rule = due_dates(app.coursedir, lesson), penalty_rule(app)
     results, todo, moved, rerated = [], [], [], {}
     for name, folder in submissions:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import submission
-from .names import nothing_matches
+from .names import chosen_students, nothing_matches
 
 _WORKER: dict = {}
 
@@ -103,8 +103,10 @@ def write_feedback(
     force: bool = False,
     progress: bool = True,
     log_level: str = "ERROR",
+    student: str = "*",
 ) -> list[FeedbackResult]:
-    """nbgrader's HTML feedback for every ``autograded/*/LESSON`` of ``course``, ``workers``
+    """nbgrader's HTML feedback for every ``autograded/*/LESSON`` of ``course`` (or those of the
+    students ``student`` matches: an id, or a glob as nbgrader's ``--student``), ``workers``
     students at a time (see the module doc); one result per student folder, sorted by name."""
     from nbgrader.apps.generatefeedbackapp import GenerateFeedbackApp
     from tqdm import tqdm
@@ -120,6 +122,9 @@ def write_feedback(
         students = [name for name, _ in student_folders(coursedir, step, lesson)]
         if not students:
             raise nothing_matches(coursedir, step, lesson, "no submission of it is graded yet")
+        if student != "*":
+            where = coursedir.format_path(step, "*", lesson)
+            students = chosen_students(students, student, where)
     finally:
         GenerateFeedbackApp.clear_instance()
         os.chdir(here)

@@ -29,6 +29,10 @@ your network and your other processes within its reach. A hostile notebook can c
 read other students' work and the answer keys. Never grade a class like this.
 """
 
+STUDENT_HELP = (
+    "only these students: an id, or a glob as nbgrader's --student ('s0*'); all by default"
+)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -68,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--json", action="store_true", help="print the results as JSON")
     batch.add_argument("--csv", type=Path, help="also write the results to this CSV file")
     batch.add_argument("--force", action="store_true", help="regrade students already graded")
+    batch.add_argument("--student", default="*", metavar="ID", help=STUDENT_HELP)
     batch.add_argument("--no-progress", action="store_true")
     batch.add_argument("--no-feedback", action="store_true", help="write no attn-feedback.md")
     batch.add_argument("--log-level", default="ERROR", help="nbgrader's log level (ERROR)")
@@ -97,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         help="students at a time, each in a process of its own (default: one per core)",
     )
     feedback.add_argument("--force", action="store_true", help="write feedback already written")
+    feedback.add_argument("--student", default="*", metavar="ID", help=STUDENT_HELP)
     feedback.add_argument("--json", action="store_true", help="print the results as JSON")
     feedback.add_argument("--no-progress", action="store_true")
     feedback.add_argument("--log-level", default="ERROR", help="nbgrader's log level (ERROR)")
@@ -220,6 +226,7 @@ def _batch(args) -> int:
         feedback=not args.no_feedback,
         log_level=args.log_level,
         dask=args.dask,
+        student=args.student,
     )
     options.limits = Limits(
         timeout=timeout,
@@ -270,6 +277,7 @@ def _feedback(args) -> int:
             force=args.force,
             progress=not args.no_progress and not args.json,
             log_level=args.log_level,
+            student=args.student,
         )
     except names.LessonProblem as problem:  # nothing matches (1, as nbgrader), not released (2)
         print(f"attn-grade feedback: {problem}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""What a lesson id a user typed could have meant, when it matches nothing.
+"""What a lesson id (or a student id) a user typed could have meant, when it matches nothing.
 
 nbgrader answers a lesson nobody has submitted (or a typo) with "No notebooks were matched" and a
 guessed path; ``attn-grade`` says what it looked for, whether the course has such a lesson, and
@@ -8,6 +8,7 @@ which lessons it has, the nearest first.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import glob
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,6 +68,19 @@ def nothing_matches(coursedir, step: str, lesson: str, waiting: str) -> NothingF
         f"no lesson {lesson!r} in this course (nothing matches {pattern}); "
         + hint(lesson, lessons, "its lessons")
     )
+
+
+def chosen_students(found: Iterable[str], pattern: str, where: str) -> list[str]:
+    """The student folder names of ``found`` that ``pattern`` matches: an id, or a glob as
+    nbgrader's ``--student`` takes (``alice``, ``'s0*'``). :class:`NothingFound` if none does,
+    saying where it looked (``where``: ``submitted/*/01-scoring``) and which students there are."""
+    found = list(found)
+    chosen = [name for name in found if fnmatch.fnmatchcase(name, pattern)]
+    if not chosen:
+        raise NothingFound(
+            f"no student {pattern!r} in {where}; " + hint(pattern, found, "its students")
+        )
+    return chosen
 
 
 def not_released(lesson: str, known: Iterable[str] | None, where: str) -> NotReleased:

@@ -22,7 +22,7 @@ from test_grade_students import STUDENTS, student_notebook, submit, submit_all
 from traitlets import Float
 from traitlets.config import Config
 
-from autograder.batch import penalty_rule
+from autograder.batch import Journal, penalty_rule
 
 LESSONS = ["01-scoring", "02-softmax-masking"]
 pytestmark = [pytest.mark.slow, pytest.mark.lesson01, pytest.mark.lesson02]
@@ -283,9 +283,9 @@ def late_class(folder, lesson: str, edits: dict[str, dict], penalty: str | None)
     return course
 
 
-def batch_json(course, lesson: str) -> tuple[dict, str]:
+def batch_json(course, lesson: str, *args: str) -> tuple[dict, str]:
     """``attn-grade batch --json``: each student's result, and what it said on stderr."""
-    done = attn_grade(course, "batch", lesson, "--course", str(course), "--json")
+    done = attn_grade(course, "batch", lesson, "--course", str(course), "--json", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     return {r["student"]: r for r in json.loads(done.stdout)}, done.stderr
 
@@ -465,3 +465,54 @@ def test_the_late_penalty_rule_names_the_plugin_and_every_setting_that_changes_a
         "PerHour(penalty_method='none', per_hour=0.5)"
     )
     assert rule(AssignLatePenalties={"plugin_class": Broken}) is None
+
+
+def test_one_student_or_a_glob_of_them_is_graded_and_given_feedback_alone(tmp_path):
+    """``--student`` (an id, or a glob as nbgrader's ``--student`` takes) grades only those
+    students; with ``--force`` it grades them again and leaves everyone else's grade as it was.
+    ``attn-grade feedback --student`` writes only their pages. An id that matches nobody says
+    which students there are, the nearest first."""
+    lesson = "01-scoring"
+    course = make_course(tmp_path / "course", [lesson])
+    for student in ("honest", "scale-dk", "no-eps"):
+        submit(course, lesson, student, student_notebook(lesson, STUDENTS[lesson][student]))
+    first, _ = batch_json(course, lesson)
+    assert {r["status"] for r in first.values()} == {"graded"} and len(first) == 3
+
+    def graded_at() -> dict[str, int]:
+        found = course.glob(f"autograded/*/{lesson}/{lesson}.ipynb")
+        return {path.parent.parent.name: path.stat().st_mtime_ns for path in found}
+
+    before = graded_at()
+    again, _ = batch_json(course, lesson, "--student", "scale-dk", "--force")
+    assert {s: r["status"] for s, r in again.items()} == {"scale-dk": "graded"}
+    assert again["scale-dk"]["score"] == first["scale-dk"]["score"] < first["honest"]["score"]
+    after = graded_at()
+    assert {s for s in before if after[s] != before[s]} == {"scale-dk"}
+    globbed, _ = batch_json(course, lesson, "--student", "no-*")  # graded already: skipped
+    assert {s: r["status"] for s, r in globbed.items()} == {"no-eps": "skipped"}
+    assert graded_at() == after
+
+    for command in ("batch", "feedback"):
+        done = attn_grade(course, command, lesson, "--course", str(course), "--student", "sacle-dk")
+        assert done.returncode == 1, done.stderr
+        said = done.stderr.strip()
+        assert said.startswith(f"attn-grade {command}: no student 'sacle-dk' in "), said
+        assert said.endswith("did you mean 'scale-dk'? (its students: honest, no-eps, scale-dk)")
+    done = attn_grade(course, "feedback", lesson, "--course", str(course), "--student", "honest",
+                      "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["student"] for r in json.loads(done.stdout)] == ["honest"]
+    assert sorted(p.name for p in (course / "feedback").iterdir()) == ["honest"]
+
+
+def test_a_forced_student_is_graded_again_after_a_kill(tmp_path):
+    """``--force --student`` forgets only those students, in the journal itself, so a batch
+    killed before it reached them still grades them when it is run again."""
+    journal = Journal(tmp_path, "01-scoring")
+    for student in ("alice", "bob"):
+        journal.mark({"student": student, "status": "graded", "stamp": "s"})
+    journal.forget(["bob", "nobody"])
+    reread = Journal(tmp_path, "01-scoring")
+    assert reread.done("alice", "s") and not reread.done("bob", "s")
+    assert "nobody" not in reread.entries
