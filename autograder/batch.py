@@ -173,6 +173,7 @@ class _Todo:
     folder: Path
     stamp: str
     due: str | None  # the student's due date as the batch started (see due_dates)
+    why: str  # why a student graded before is graded again (a note in the results), or ""
     jobs: dict = field(default_factory=dict)  # notebook → (fingerprint, future)
 
 
@@ -251,13 +252,18 @@ def _run(
         if journal.done(shown, stamp) and _autograded_exists(app.coursedir, lesson, name):
             entry = journal.entries[shown]
             if entry.get("due", due(name)) != due(name):  # (a line from before: not moved)
-                moved.append(f"{shown} ({when(entry['due'])} → {when(due(name))})")
+                change = f"{when(entry['due'])} → {when(due(name))}"
+                moved.append(f"{shown} ({change})")
+                why = "graded again: a new due date"
             elif _rerated(entry, rule):
                 rerated[shown] = entry["penalty"]
+                why = "graded again: a new late penalty"
             else:
                 results.append(StudentResult(shown, "skipped", **_grade_of(entry)))
                 continue
-        todo.append(_Todo(name, folder, stamp, due(name)))
+        else:
+            why = ""
+        todo.append(_Todo(name, folder, stamp, due(name), why))
     if moved:
         print(MOVED.format(n=len(moved), who=_some(moved)), file=sys.stderr)
     if rerated:
@@ -296,6 +302,8 @@ def _run(
                 return graded
             item = ahead[0]
             result = _grade_student(app, course, lesson, item, options)
+            if item.why:
+                result.problems.insert(0, item.why)
             ahead.popleft()
             item.jobs.clear()  # its graded notebooks: memory by the window, not the class
             forget(item.name)

@@ -356,6 +356,7 @@ def test_a_new_due_date_or_an_extension_grades_again_exactly_the_students_it_mov
         "on-time": "skipped", "late": "graded", "a-bit-late": "skipped"}  # fmt: skip
     assert "grading 1 student(s) again, whose due date changed" in said
     assert "late (2026-01-01 00:00 UTC → 2026-01-03 00:00 UTC)" in said
+    assert second["late"]["problems"][0] == "graded again: a new due date"
     scores["late"] = full
     assert {s: r["score"] for s, r in second.items()} == scores == exported(course)
     assert second["late"]["late_submission_penalty"] == 0 and second["late"]["seconds_late"] == 0
@@ -412,6 +413,7 @@ def test_a_new_late_penalty_grades_again_exactly_the_students_who_were_late(tmp_
         "(LateSubmissionPlugin(penalty_method='none') → LateSubmissionPlugin(penalty_method="
         "'zero')): late; late-wrong" in said
     )
+    assert second["late"]["problems"][0] == "graded again: a new late penalty"
     scores = {"on-time": raw["on-time"], "late": 0.0, "late-wrong": 0.0}
     assert {s: r["score"] for s, r in second.items()} == scores == exported(course)
     assert second["late"]["late_submission_penalty"] == raw["late"] > 0
