@@ -3,8 +3,9 @@
 nbgrader keeps its gradebook wherever ``c.CourseDirectory.db_url`` points. A scratch course of
 lessons 01 and 02 is graded into a PostgreSQL database by two ``attn-grade batch`` runs at once
 (one per lesson, both writing the one gradebook) and, in a copy, into SQLite by two runs the
-same way, all four at once: every grade cell of every student gets the same score both ways. A
-new student looked up by two graders at the same moment is created once and graded by both.
+same way, all four at once: every grade cell of every student gets the same score both ways, and
+the class report says the same of both. A new student looked up by two graders at the same
+moment is created once and graded by both.
 """
 
 from __future__ import annotations
@@ -69,8 +70,30 @@ def test_a_postgresql_gradebook_with_concurrent_writers_gives_sqlites_scores(tmp
 
         theirs = grades(f"sqlite:///{lite / 'gradebook.db'}")
         ours = grades(db_url)
+        reported = {"pg": report(pg), "sqlite": report(lite)}
     assert not (pg / "gradebook.db").exists()  # nothing went to SQLite by mistake
     assert ours == theirs and len(ours) > 20
+    # the class report reads the PostgreSQL gradebook as it reads SQLite's
+    assert reported["pg"] == reported["sqlite"]
+    cells = {(lesson["lesson"], row["student"], cell): score
+             for lesson in reported["pg"] for row in lesson["students"]
+             for cell, score in row["cells"].items()}  # fmt: skip
+    assert cells == ours
+
+
+def report(course) -> list[dict]:
+    """``attn-grade report --all --json``'s lessons, without the seconds grading took."""
+    done = subprocess.run(
+        [str(BIN / "attn-grade"), "report", "--all", "--course", str(course), "--json"],
+        cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lessons = json.loads(done.stdout)["lessons"]
+    for lesson in lessons:
+        for row in lesson["students"]:
+            del row["seconds"], row["seconds_total"]
+    return lessons
 
 
 def test_a_student_another_grader_adds_at_the_same_moment_is_not_failed(tmp_path, monkeypatch):
