@@ -8,13 +8,16 @@ Two sources, each for what it alone knows:
 * the **course history** (:mod:`autograder.history`) holds every graded notebook — each attempt,
   with its verdicts and their *mistake* keys — which nbgrader forgets at the next grading.
 
-Per lesson it computes three tables:
+Per lesson it computes four tables:
 
 * **exercises** — per graded cell: the distribution of scores, how many students have full,
   partial and zero points, the mean, and how many have *not attempted* it in their current
   submission (see below);
 * **mistakes** — per graded cell and named mistake: how many students make it in their current
   submission, how many ever made it, in how many submissions;
+* **attempts** — per student and notebook, each distinct submission in turn: when it was last
+  graded, how long that took, its mistakes and the course cells set back in it (what a stuck
+  student tried; the page shows the stuck students' attempts);
 * **students** — total score, mastery (the points of the mastery questions, the cells
   ``test_q*``, at least :data:`attnlib.mastery.THRESHOLD` of their total), attempts (distinct
   submissions), whether they are *stuck*, grading seconds, and the course cells their current
@@ -157,6 +160,18 @@ class StudentStats:
 
 
 @dataclass
+class AttemptStats:
+    lesson: str
+    student: str
+    notebook: str
+    attempt: int  # 1: the student's first distinct submission of the notebook
+    graded: str  # when it was last graded, UTC ("2026-11-29 16:23:38")
+    seconds: float  # how long that grading took
+    mistakes: list[str]  # "cell: mistake" in that submission (work not begun included)
+    set_back: list[str] = field(default_factory=list)  # course cells grading set back in it
+
+
+@dataclass
 class LessonReport:
     lesson: str
     cells: list[Cell]
@@ -164,6 +179,7 @@ class LessonReport:
     mistakes: list[MistakeStats]
     students: list[StudentStats]
     stuck_after: int = STUCK_AFTER
+    attempts: list[AttemptStats] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -173,6 +189,7 @@ class LessonReport:
             "exercises": [asdict(e) for e in self.exercises],
             "mistakes": [asdict(m) for m in self.mistakes],
             "students": [asdict(s) for s in self.students],
+            "attempts": [asdict(a) for a in self.attempts],
         }
 
 
@@ -474,6 +491,25 @@ def student_stats(
     )
 
 
+def attempt_stats(lesson: str, attempts: dict[str, list[Attempt]]) -> list[AttemptStats]:
+    """Every student's distinct submissions of each notebook, in turn (see :class:`Attempt`)."""
+    return [
+        AttemptStats(
+            lesson=lesson,
+            student=student,
+            notebook=notebook,
+            attempt=n,
+            graded=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.at)),
+            seconds=round(a.seconds, 3),
+            mistakes=[f"{cell}: {mistake}" for cell, mistake in sorted(a.mistakes)],
+            set_back=list(a.repaired),
+        )
+        for student in sorted(attempts)
+        for notebook, theirs in by_notebook(attempts[student]).items()
+        for n, a in enumerate(theirs, 1)
+    ]
+
+
 def mastered(score: float, total: float) -> bool | None:
     """Mastery reached: at least THRESHOLD of the mastery questions' points (None: no questions)."""
     if total <= 0:
@@ -508,6 +544,7 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
             for s in students
         ],
         stuck_after=after,
+        attempts=attempt_stats(lesson, attempts),
     )
 
 
@@ -600,13 +637,15 @@ def _csv_value(value: object) -> object:
 
 
 def write_csv(reports: list[LessonReport], folder: Path) -> list[Path]:
-    """``exercises.csv``, ``mistakes.csv``, ``students.csv`` in ``folder`` (every lesson)."""
+    """``exercises.csv``, ``mistakes.csv``, ``students.csv``, ``attempts.csv`` in ``folder``
+    (every lesson)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tables = {
         "exercises": ([asdict(e) for r in reports for e in r.exercises], ExerciseStats),
         "mistakes": ([asdict(m) for r in reports for m in r.mistakes], MistakeStats),
         "students": ([asdict(s) for r in reports for s in r.students], StudentStats),
+        "attempts": ([asdict(a) for r in reports for a in r.attempts], AttemptStats),
     }
     written = []
     for name, (rows, kind) in tables.items():
@@ -791,6 +830,27 @@ def html_students(report: LessonReport) -> str:
     return _table(header, rows, "students")
 
 
+def html_stuck_attempts(report: LessonReport) -> str:
+    """Each stuck student's submissions in turn, with the named mistakes of each: what they
+    tried, for whoever helps them."""
+    stuck = {s.student for s in report.students if s.stuck}
+    rows = []
+    for a in report.attempts:
+        if a.student not in stuck:
+            continue
+        named_ = [m for m in a.mistakes if not not_begun(m.split(": ", 1)[-1])]
+        listed = "<br>".join(f"<code>{esc(m)}</code>" for m in named_) or "no named mistake"
+        rows.append(
+            f'<tr data-student="{esc(a.student)}"><td>{esc(a.student)}</td>'
+            f'<td>{esc(a.notebook)}</td><td class="num">{a.attempt}</td>'
+            f'<td>{esc(a.graded)} UTC</td><td class="mistakes">{listed}</td></tr>'
+        )
+    if not rows:
+        return ""
+    header = ["student", "notebook", "attempt", "graded", "named mistakes"]
+    return "<h3>Stuck students, attempt by attempt</h3>" + _table(header, rows, "attempts")
+
+
 def html_exercise(report: LessonReport, e: ExerciseStats) -> str:
     rows = [
         f'<tr data-score="{esc(score)}"><td class="num">{esc(score)}</td>'
@@ -839,7 +899,7 @@ def html_lesson(report: LessonReport) -> str:
         f"<h2>{esc(report.lesson)}</h2>{html_summary(report)}"
         + html_plot(plot_exercises(report), f"{report.lesson}: points per exercise")
         + html_plot(plot_totals(report), f"{report.lesson}: total scores")
-        + f"<h3>Students</h3>{html_students(report)}"
+        + f"<h3>Students</h3>{html_students(report)}{html_stuck_attempts(report)}"
         + f'<h3>Exercises</h3><div class="exercises">{exercises}</div>'
         + "<h3>Named mistakes</h3>"
         + html_plot(plot_mistakes(report), f"{report.lesson}: named mistakes")

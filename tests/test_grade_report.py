@@ -354,6 +354,19 @@ def test_only_the_student_with_the_same_mistake_three_times_is_stuck(graded_clas
     for row in students.values():
         assert 0 < row["seconds"] <= row["seconds_total"]
     assert students["scale-dk"]["seconds_total"] > students["scale-dk"]["seconds"]
+    # each attempt in turn: the stuck student's mistake in every one; wrong-axis's gone at last
+    tried = {}
+    for row in lesson["attempts"]:
+        tried.setdefault(row["student"], []).append(row)
+    assert {s: [r["attempt"] for r in rows] for s, rows in tried.items()} == {
+        s: list(range(1, n + 1)) for s, n in attempts.items()
+    }
+    assert all(why in row["mistakes"] for row in tried["scale-dk"])
+    axis = [any(m.startswith("test_softmax: ") for m in r["mistakes"]) for r in tried["wrong-axis"]]
+    assert axis == [True, True, False]
+    for rows in tried.values():
+        assert [r["graded"] for r in rows] == sorted(r["graded"] for r in rows)
+        assert rows[-1]["seconds"] == students[rows[-1]["student"]]["seconds"]
 
 
 @slow
@@ -434,7 +447,7 @@ def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class
     lesson = lesson_of(graded_class["data"])
     out = graded_class["out"]
     tables = {}
-    for name in ("exercises", "mistakes", "students"):
+    for name in ("exercises", "mistakes", "students", "attempts"):
         with open(out / f"{name}.csv", newline="", encoding="utf-8") as f:
             tables[name] = list(csv.DictReader(f))
         assert len(tables[name]) == len(lesson[name])
@@ -512,6 +525,11 @@ def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class
         stuck = page.locator("table.students tr.stuck")
         expect(stuck).to_have_count(1)
         expect(stuck.locator("td").first).to_have_text("scale-dk")
+        tried = page.locator("table.attempts tr[data-student='scale-dk']")
+        expect(tried).to_have_count(3)  # the stuck student's attempts, and nobody else's
+        expect(page.locator("table.attempts tr[data-student]")).to_have_count(3)
+        for n in range(3):
+            expect(tried.nth(n).locator("td.mistakes")).to_contain_text("test_attention: ")
         mean = sum(totals.values()) / len(totals)
         expect(page.locator("[data-stat='mean score'] b")).to_have_text(f"{round(mean, 2):g} / 17")
         page.screenshot(path=str(graded_class["out"] / "report.png"), full_page=True)
