@@ -58,7 +58,13 @@ from nbgrader.exchange.default.collect import ExchangeCollect, groupby
 from nbgrader.utils import check_mode, parse_utc
 from traitlets import Bool, Float
 
-from autograder.student_folders import INBOUND, STUDENTS, StudentFolders, student_folders
+from autograder.student_folders import (
+    INBOUND,
+    STUDENTS,
+    StudentFolders,
+    inbound_entries,
+    named_for,
+)
 from autograder.submission import (
     MAX_FILES,
     Refused,
@@ -114,11 +120,7 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
         or, with student folders, in each student's own ``inbound``."""
         student, assignment = self.coursedir.student_id or "*", self.coursedir.assignment_id
         if self.enabled:  # every entry of a folder, named for anyone: set aside in _record
-            return [
-                (path, folder)
-                for folder, root in student_folders(self.course_path, student)
-                for path in sorted(glob.glob(os.path.join(root, INBOUND, f"*+{assignment}+*")))
-            ]
+            return inbound_entries(self.course_path, student, assignment)
         if not os.path.isdir(self.inbound_path):
             self.fail(f"Course not found: {self.inbound_path}")
         if not check_mode(self.inbound_path, read=True, execute=True):
@@ -133,7 +135,7 @@ class CheckedCollect(ExchangeCollect, StudentFolders):
         parts = name.rsplit("+", 3)
         if len(parts) < 3:
             raise Refused("the name is not STUDENT+ASSIGNMENT+TIME[+RANDOM]")
-        student = parts[0]
+        student = named_for(name)
         try:
             timestamp = parse_utc(parts[2])
         except (ValueError, OverflowError):

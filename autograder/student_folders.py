@@ -65,6 +65,24 @@ def student_folders(course_path: str, student: str = "*") -> list[tuple[str, str
     return [(n, os.path.join(root, n)) for n in chosen]
 
 
+def inbound_entries(course_path: str, student: str = "*", assignment: str = "*"):
+    """``(path, folder id)`` of every entry of ``assignment`` (a glob) in the own ``inbound`` of
+    each student ``student`` (a glob) matches, named for anyone: whether an entry is named for
+    its folder's student is for the caller to check (:func:`named_for`)."""
+    return [
+        (path, owner)
+        for owner, folder in student_folders(course_path, student)
+        for path in sorted(
+            glob.glob(os.path.join(glob.escape(folder), INBOUND, f"*+{assignment}+*"))
+        )
+    ]
+
+
+def named_for(name: str) -> str:
+    """The student an inbound entry's name (``STUDENT+ASSIGNMENT+TIME[+RANDOM]``) is for."""
+    return name.rsplit("+", 3)[0]
+
+
 class FolderReleaseFeedback(ExchangeReleaseFeedback, StudentFolders):
     """nbgrader's ``release_feedback``; with student folders on, each student's feedback goes to
     ``EXCHANGE/COURSE/students/ID/feedback`` under the name nbgrader gives it (so the student's
@@ -123,15 +141,13 @@ class FolderList(ExchangeList, StudentFolders):
         assignment, student = c.assignment_id or "*", c.student_id or "*"
         self.assignments = []
         for course_path in sorted(glob.glob(os.path.join(self.root, c.course_id or "*"))):
-            for owner, folder in student_folders(course_path, student):
-                inbound = os.path.join(glob.escape(folder), INBOUND)
-                for path in sorted(glob.glob(os.path.join(inbound, f"*+{assignment}+*"))):
-                    why = _not_listed(path, owner)
-                    if why:
-                        where = printable(os.path.relpath(path, course_path))
-                        self.log.warning(f"Not listed: {where}: {why}")
-                    else:
-                        self.assignments.append(path)
+            for path, owner in inbound_entries(course_path, student, assignment):
+                why = _not_listed(path, owner)
+                if why:
+                    where = printable(os.path.relpath(path, course_path))
+                    self.log.warning(f"Not listed: {where}: {why}")
+                else:
+                    self.assignments.append(path)
 
     def parse_assignments(self) -> list[dict]:
         if not (self.enabled and self.inbound):
@@ -148,7 +164,7 @@ class FolderList(ExchangeList, StudentFolders):
         inbound = os.path.dirname(path)
         folder = os.path.dirname(inbound)
         course_path = os.path.dirname(os.path.dirname(folder))
-        student = os.path.basename(folder)
+        student = os.path.basename(folder)  # whom the entry is named for (_not_listed)
         assignment, timestamp, *rest = os.path.basename(path)[len(student) + 1 :].split("+", 2)
         info = {"course_id": os.path.basename(course_path), "student_id": student,
                 "assignment_id": assignment, "timestamp": timestamp,
@@ -189,8 +205,9 @@ SECRET_BYTES = 1024  # a submission's secret: nbgrader writes 128 hexadecimal di
 
 def _not_listed(path: str, owner: str) -> str | None:
     """Why the inbound entry ``path`` in ``owner``'s folder is not theirs to list, or None."""
-    if not os.path.basename(path).startswith(f"{owner}+"):
-        return f"it is not named for {owner}, whose folder it is in"
+    claimed = named_for(os.path.basename(path))
+    if claimed != owner:  # the collect's words for the entry it sets aside
+        return f"it is named for {printable(claimed)} but is in the folder of {owner}"
     try:
         if not stat.S_ISDIR(os.lstat(path).st_mode):
             return "it is not a folder"

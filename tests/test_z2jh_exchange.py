@@ -289,7 +289,8 @@ def test_the_class_submits_and_gets_feedback_through_folders_of_its_own(tmp_path
     listed = teach(str(BIN / "nbgrader"), "list", "--inbound")
     assert listed.count(f"{COURSE} alice {LESSON} ") == listed.count(f"{COURSE} bob {LESSON} ") == 1
     assert listed.count("(no feedback available)") == 2, listed
-    assert f"Not listed: students/bob/inbound/{forged}: it is not named for bob" in listed
+    assert f"Not listed: students/bob/inbound/{forged}: it is named for alice but is in the " \
+           "folder of bob" in listed  # the collect's words  # fmt: skip
     teach(str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--no-progress")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         found = gb.find_assignment(LESSON).submissions
