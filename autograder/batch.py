@@ -232,7 +232,7 @@ def _run(
         where = app.coursedir.format_path(app.coursedir.submitted_directory, "*", lesson)
         chosen = set(names.chosen_students((n for n, _ in submissions), options.student, where))
         submissions = [(name, folder) for name, folder in submissions if name in chosen]
-    _require_released(app.coursedir, lesson)
+    notebooks = names.released_notebooks(app.coursedir, lesson)
     journal = Journal(course, lesson)
     if options.force:
         journal.forget(
@@ -242,7 +242,7 @@ def _run(
     results, todo, moved, rerated = [], [], [], {}
     for name, folder in submissions:
         shown = submission.shown(name)
-        found = submission.problems(folder, folder.parent)
+        found = submission.problems(folder, folder.parent, notebooks)
         if found:
             results.append(
                 StudentResult(submission.printable(name), "refused", error="; ".join(found))
@@ -296,7 +296,7 @@ def _run(
                 item = next(waiting, None)
                 if item is None:
                     break
-                _prefetch(app, lesson, item, pool, options.limits)
+                _prefetch(app, lesson, notebooks, item, pool, options.limits)
                 ahead.append(item)
             if not ahead:
                 return graded
@@ -369,25 +369,6 @@ def one_engine():
         api.create_engine = make
         for engine in engines.values():
             engine.dispose()
-
-
-def _require_released(coursedir: CourseDirectory, lesson: str) -> None:
-    """Raise :class:`names.NotReleased` when the gradebook lacks the lesson: said once, before
-    any grading, instead of nbgrader failing every student with it. A SQLite gradebook that
-    does not exist is not created."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    url = coursedir.db_url
-    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else None
-    known: list[str] | None = None
-    if path is None or os.path.exists(path):
-        with Gradebook(url, coursedir.course_id) as gb:
-            try:
-                gb.find_assignment(lesson)
-                return
-            except MissingEntry:
-                known = [assignment.name for assignment in gb.assignments]
-    raise names.not_released(lesson, known, path or "the course's db_url")  # it may hold a password
 
 
 MOVED = (
@@ -486,15 +467,18 @@ def student_folders(coursedir: CourseDirectory, step: str, lesson: str) -> list[
     return found
 
 
-def _prefetch(app: AutogradeApp, lesson: str, item: _Todo, pool: Pool, limits: Limits) -> None:
-    """Sanitize the student's notebooks as nbgrader will, and send them to the pool."""
+def _prefetch(
+    app: AutogradeApp, lesson: str, notebooks: list[str], item: _Todo, pool: Pool, limits: Limits
+) -> None:
+    """Sanitize the student's notebooks of the lesson (``notebooks``) as nbgrader will, and send
+    them to the pool."""
     files = {}
     with contextlib.suppress(Exception):
         ignore = list(app.coursedir.ignore)  # the files nbgrader will copy, and only those
         files = submission.files_beside(item.folder, ignore=ignore)
         source = Path(app.coursedir.format_path(app.coursedir.source_directory, ".", lesson))
         files.update(submission.files_beside(source, ignore=ignore))
-    for path in sorted(item.folder.glob("*.ipynb")):
+    for path in [item.folder / f"{name}.ipynb" for name in sorted(notebooks)]:
         try:
             nb = _sanitized(app, lesson, item.name, path)
         except Exception:  # noqa: BLE001 — nbgrader will report this student's problem itself
@@ -514,7 +498,9 @@ def own_seconds(results) -> float:
 
 def _sanitized(app: AutogradeApp, lesson: str, student: str, path: Path):
     """The notebook at ``path`` as nbgrader's loop will sanitize it, kept for that loop."""
-    nb = nbformat.reads(submission.read(path).decode("utf-8"), as_version=4)
+    nb = nbformat.reads(
+        submission.read(path, submission.MAX_NOTEBOOK_BYTES).decode("utf-8"), as_version=4
+    )
     info = {"student": student, "assignment": lesson, "notebook": path.stem}
     resources = {"nbgrader": {**info, "db_url": app.coursedir.db_url},
                  "metadata": {"path": str(path.parent)}}  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import glob
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -94,3 +95,22 @@ def not_released(lesson: str, known: Iterable[str] | None, where: str) -> NotRel
         f"the gradebook ({where}) has no lesson {lesson!r}: {release}; "
         + (hint(lesson, known, "its lessons") if known else "it has no lesson yet")
     )
+
+
+def released_notebooks(coursedir, lesson: str) -> list[str]:
+    """The names of the lesson's notebooks in the gradebook: those nbgrader grades of a
+    submission (it skips any other). Raise :class:`NotReleased` when the gradebook lacks
+    the lesson: said once, before any grading, instead of nbgrader failing every student with
+    it. A SQLite gradebook that does not exist is not created."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    url = coursedir.db_url
+    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else None
+    known: list[str] | None = None
+    if path is None or os.path.exists(path):
+        with Gradebook(url, coursedir.course_id) as gb:
+            try:
+                return [notebook.name for notebook in gb.find_assignment(lesson).notebooks]
+            except MissingEntry:
+                known = [assignment.name for assignment in gb.assignments]
+    raise not_released(lesson, known, path or "the course's db_url")  # it may hold a password

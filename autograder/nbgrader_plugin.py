@@ -64,7 +64,7 @@ from nbgrader.preprocessors import (
 from nbgrader.preprocessors import CheckCellMetadata as NbgraderCheckCellMetadata
 from traitlets import Float, Integer, Unicode
 
-from . import cells, history, prose, submission
+from . import cells, history, names, prose, submission
 from .limits import Limits
 from .protocol import scrub
 from .template import shared_pair
@@ -131,7 +131,7 @@ class CheckSubmission(NbGraderPreprocessor):
                 coursedir.submitted_directory, info["student"], info["assignment"]
             )
         )
-        found = submission.problems(folder, folder.parent)
+        found = submission.problems(folder, folder.parent, [info["notebook"]])
         if found:
             dest = Path(
                 coursedir.format_path(
@@ -153,9 +153,11 @@ def guard_copy(assignment: str, student: str, notebooks: list[str]) -> None:
 
     nbgrader calls this before it copies the files of one submission (``notebooks`` are that
     submission's notebooks; ``student`` may be nbgrader's ``*``). If the folder holds anything
-    :class:`CheckSubmission` will refuse — or cannot be told — the course directory's ``ignore``
-    globs become ``*`` for this submission, so nothing of it is copied; otherwise they are the
-    course's own. It never raises (nbgrader would only log it), so it fails closed.
+    :class:`CheckSubmission` will refuse (a link, a special file, one of the lesson's notebooks
+    beyond the bounds of :func:`submission.notebook_problems`) — or cannot be told — the
+    course directory's ``ignore`` globs become ``*`` for this submission, so nothing of it is
+    copied; otherwise they are the course's own. It never raises (nbgrader would only log it),
+    so it fails closed.
     """
     from nbgrader.apps.autogradeapp import AutogradeApp
 
@@ -163,7 +165,10 @@ def guard_copy(assignment: str, student: str, notebooks: list[str]) -> None:
     base = _BASE_IGNORE.setdefault(id(coursedir), list(coursedir.ignore))
     try:
         folders = {Path(path).parent for path in notebooks}
-        safe = len(folders) == 1 and not submission.problems(*folders, next(iter(folders)).parent)
+        folder = next(iter(folders))
+        lesson = names.released_notebooks(coursedir, folder.name)  # nbgrader skips any other
+        graded = [Path(path).stem for path in notebooks if Path(path).stem in lesson]
+        safe = len(folders) == 1 and not submission.problems(folder, folder.parent, graded)
     except Exception:  # noqa: BLE001 — anything odd: copy nothing
         safe = False
     coursedir.ignore = base if safe else [*base, "*", ".*"]  # glob's * skips dotfiles

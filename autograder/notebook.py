@@ -35,7 +35,8 @@ import nbformat
 
 from attnlib import checks
 
-from .scoring import strip_magics
+from . import submission
+from .scoring import MAX_DEPTH, deeper_than, parsed
 
 SETUP_TAG = "setup"
 
@@ -51,6 +52,14 @@ class NotebookError(ValueError):
 
 
 def read(path: Path) -> nbformat.NotebookNode:
+    """The notebook at ``path``, if grading would read it (:func:`submission.notebook_problems`:
+    the same bounds, in the same words)."""
+    try:
+        found = submission.notebook_problems(Path(path).resolve())
+    except OSError:
+        found = []  # nbformat names the problem below
+    if found:
+        raise NotebookError(f"{path} would not be graded: {'; '.join(found)}")
     try:
         return nbformat.read(path, as_version=4)
     except Exception as error:  # noqa: BLE001 — any unreadable file gets the same clear answer
@@ -100,10 +109,10 @@ def changed_names(source: str) -> set[str]:
 
 
 def _parse(source: str) -> ast.Module | None:
-    try:
-        return ast.parse(strip_magics(source))
-    except SyntaxError:
-        return None
+    """The cell's syntax tree, or None if it does not parse or nests deeper than the walks here
+    (``ast.unparse``, :func:`_bound`) can follow."""
+    tree = parsed(source)
+    return None if tree is None or deeper_than(tree, MAX_DEPTH) else tree
 
 
 def _is_set_up(node: ast.stmt) -> bool:

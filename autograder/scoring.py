@@ -31,6 +31,10 @@ from attnlib.checks._core import Outcome
 from . import protocol
 from .runner import Fault, Runner
 
+# How deep a learner's syntax tree may nest for the recursive walks of the trusted side
+# (``ast.unparse``, ``ast.NodeTransformer``; the lessons' code nests at most 20 deep)
+MAX_DEPTH = 100
+
 
 @dataclass(frozen=True)
 class Call:
@@ -50,9 +54,8 @@ def hidden_calls(cell_index: int, source: str, reports: bool = False) -> list[Ca
     of a released notebook, whose hidden checks are gone).
     """
     kinds = ("check", "assert_correct", "report") if reports else ("check", "assert_correct")
-    try:
-        tree = ast.parse(strip_magics(source))
-    except SyntaxError:
+    tree = parsed(source)
+    if tree is None:
         return []
     found = []
     for node in ast.walk(tree):
@@ -74,6 +77,27 @@ def hidden_calls(cell_index: int, source: str, reports: bool = False) -> list[Ca
             if isinstance(consts[0], str) and isinstance(consts[1], str):
                 found.append(Call(cell_index, "answer", consts[1], consts[1], consts[0]))
     return list(dict.fromkeys(found))
+
+
+def parsed(source: str) -> ast.Module | None:
+    """A cell's code as a syntax tree (magics dropped), or None where Python cannot parse it: a
+    syntax error, a null byte, or nesting deeper than the parser goes (it raises
+    ``RecursionError`` or ``MemoryError`` there, and the kernel fails on the same cell)."""
+    try:
+        return ast.parse(strip_magics(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def deeper_than(tree: ast.AST, depth: int) -> bool:
+    """Whether ``tree`` nests more than ``depth`` nodes deep (walked without recursion)."""
+    todo = [(tree, 1)]
+    while todo:
+        node, level = todo.pop()
+        if level > depth:
+            return True
+        todo += [(child, level + 1) for child in ast.iter_child_nodes(node)]
+    return False
 
 
 def strip_magics(source: str) -> str:
@@ -314,11 +338,10 @@ def _definitions(sources: tuple[str, ...]) -> dict[str, ast.FunctionDef]:
     """
     found: dict[str, ast.FunctionDef] = {}
     for source in sources:
-        try:
-            tree = ast.parse(strip_magics(source))
-        except SyntaxError:
+        if "def" not in source:  # no function is defined here (keywords are ASCII)
             continue
-        for node in tree.body:
+        tree = parsed(source)
+        for node in tree.body if tree is not None else []:
             if isinstance(node, ast.FunctionDef):
                 found[node.name] = node
     return found
@@ -358,8 +381,11 @@ def _definition(package: str, name: str) -> ast.FunctionDef | None:
     return None
 
 
-def _shape(node: ast.FunctionDef) -> str:
-    """The function's code with docstrings, annotations and the names it binds taken out."""
+def _shape(node: ast.FunctionDef) -> str | None:
+    """The function's code with docstrings, annotations and the names it binds taken out; None
+    for one nested deeper than attnlib's own code (and than the recursive walks here follow)."""
+    if deeper_than(node, MAX_DEPTH):
+        return None
     node = _Canonical().visit(ast.parse(ast.unparse(node)).body[0])
     return ast.dump(node, annotate_fields=False, include_attributes=False)
 

@@ -10,10 +10,17 @@ spell them; so is a student folder whose name holds ``<`` or ``"``, which formgr
 into the instructor's page as markup (nbgrader takes a student's id from the name of the file a
 student puts into its exchange). So is a ``timestamp.txt`` that holds no time nbgrader can read:
 nbgrader reads it before anything else and stops on it.
+
+A notebook is bounded too, before the grader parses it: its file, its cells and their source
+(:func:`notebook_problems`). Its JSON is read into memory whole, and every code cell is parsed on
+the trusted side at some hundreds of bytes of memory per byte of code, so a 30 MB cell would take
+the grader's process about 12 GB and a hundred thousand empty cells a minute of its time. The
+bounds are far above any lesson's notebook (``tests/test_submission_bounds.py`` keeps them so).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import unicodedata
@@ -22,6 +29,10 @@ from pathlib import Path
 
 MAX_FILES = 200
 MAX_BYTES = 64 * 2**20  # of files beside the notebooks, in all
+MAX_NOTEBOOK_BYTES = 16 * 2**20  # one notebook's file, outputs included
+MAX_CELLS = 1_000  # in one notebook (the longest lesson has 94)
+MAX_CELL_SOURCE = 64 * 2**10  # characters of source in one cell (a lesson's longest: about 5,000)
+MAX_SOURCE = 2**20  # characters of source in all of a notebook's cells (lesson 06: about 92,000)
 TIMESTAMP = "timestamp.txt"  # when it was submitted, written by nbgrader submit; nbgrader reads it
 TIMESTAMP_BYTES = 64  # whole, on the instructor's side ("2026-11-29 03:00:00.123456 UTC": 30)
 # nbgrader's formgrader puts a student's id into its page of a submission as it is, in the text
@@ -65,8 +76,14 @@ def name_problems(student: str, what: str = "the student folder's name") -> list
     return []
 
 
-def problems(folder: Path, student_dir: Path | None = None) -> list[str]:
-    """Why ``folder`` (a student's submission of one lesson) cannot be graded; empty if fine."""
+def problems(
+    folder: Path, student_dir: Path | None = None, notebooks: list[str] | None = None
+) -> list[str]:
+    """Why ``folder`` (a student's submission of one lesson) cannot be graded; empty if fine.
+
+    ``notebooks`` names (without ``.ipynb``) the notebooks grading will read, whose bounds are
+    checked (:func:`notebook_problems`); None checks every notebook in ``folder`` itself.
+    """
     found = name_problems(student_dir.name) if student_dir is not None else []
     if found:
         return found
@@ -94,7 +111,74 @@ def problems(folder: Path, student_dir: Path | None = None) -> list[str]:
         if count > MAX_FILES:
             found.append(f"more than {MAX_FILES} files")
             break
+    if found:
+        return found
+    if notebooks is None:
+        paths = sorted(Path(folder).glob("*.ipynb"))
+    else:
+        paths = [Path(folder) / f"{name}.ipynb" for name in notebooks]
+    for path in paths:
+        if os.path.lexists(path):
+            found += notebook_problems(path)
     return found or timestamp_problems(folder)
+
+
+def notebook_problems(path: Path) -> list[str]:
+    """Why the grader will not read the notebook at ``path`` further: a file, cells or source
+    beyond the bounds (``MAX_NOTEBOOK_BYTES``, ``MAX_CELLS``, ``MAX_CELL_SOURCE``, ``MAX_SOURCE``).
+
+    Empty if it is within them, and for a file that is no notebook at all: nbgrader names that
+    problem itself, as for any student.
+    """
+    name = shown(Path(path).name)
+    try:
+        data = read(path, MAX_NOTEBOOK_BYTES)
+    except Refused as error:
+        return [f"{error}, outputs included (Edit → Clear Outputs of All Cells makes it smaller)"]
+    try:
+        cells = _cells(json.loads(data))
+    except (ValueError, RecursionError):
+        return []
+    if len(cells) > MAX_CELLS:
+        return [f"{name} holds {len(cells):,} cells, more than the {MAX_CELLS:,} a notebook may "
+                "hold"]  # fmt: skip
+    total = 0
+    for number, cell in enumerate(cells, 1):
+        source = _source(cell)
+        if len(source) > MAX_CELL_SOURCE:
+            begins = printable(source.lstrip().split("\n", 1)[0][:40])
+            return [f"cell {number} of {name} (it begins {begins!r}) holds {len(source):,} "
+                    f"characters, more than the {MAX_CELL_SOURCE:,} a cell may hold"]  # fmt: skip
+        total += len(source)
+    if total > MAX_SOURCE:
+        return [f"the cells of {name} hold {total:,} characters in all, more than the "
+                f"{MAX_SOURCE:,} a notebook may hold"]  # fmt: skip
+    return []
+
+
+def _cells(nb) -> list:
+    """A notebook's cells as its JSON holds them: ``cells``, or in a version 3 notebook (which
+    nbformat converts on reading) the cells of every worksheet."""
+    if not isinstance(nb, dict):
+        return []
+    if isinstance(nb.get("cells"), list):
+        return nb["cells"]
+    cells = []
+    sheets = nb.get("worksheets")
+    for sheet in sheets if isinstance(sheets, list) else []:
+        if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list):
+            cells += sheet["cells"]
+    return cells
+
+
+def _source(cell) -> str:
+    """A cell's source (a string, or a list of lines; ``input`` in version 3's code cells)."""
+    if not isinstance(cell, dict):
+        return ""
+    source = cell.get("source", cell.get("input", ""))
+    if isinstance(source, list):
+        return "".join(line for line in source if isinstance(line, str))
+    return source if isinstance(source, str) else ""
 
 
 def timestamp_problems(folder: Path) -> list[str]:

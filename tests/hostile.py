@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
+from autograder.submission import MAX_CELL_SOURCE, MAX_CELLS, MAX_NOTEBOOK_BYTES, MAX_SOURCE
+
 LESSON = "02-softmax-masking"
 REFUSED = "refused"
 SECRET = "hub-api-token-0c9e7f41"  # in the grader's environment during the batch
@@ -236,6 +238,20 @@ def where_shown(page: str, marker: str = PWNED) -> list[str]:
     where.feed(page)
     where.close()
     return where.found
+
+
+def _swells_source(nb: dict) -> None:
+    from nbformat.v4 import new_markdown_cell
+
+    half = MAX_CELL_SOURCE // 2
+    nb["cells"] += [new_markdown_cell("n" * half) for _ in range(MAX_SOURCE // half + 1)]
+
+
+def _swells_file(nb: dict) -> None:
+    from nbformat.v4 import new_output
+
+    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
+    code[-1]["outputs"] = [new_output("stream", name="stdout", text="o" * MAX_NOTEBOOK_BYTES)]
 
 
 def _runs_its_markup(nb: dict) -> None:
@@ -517,6 +533,23 @@ try:
 except OSError as error:
     print("fork stopped:", error)
 """], lost={}),
+        "swells-a-cell": Attack(
+            3, "a cell of more code than any lesson's: the grader parses code at some hundreds "
+               "of bytes of memory per byte (30 MB of it took the grader's process 12 GB)",
+            extra=["x = 1\n" * (MAX_CELL_SOURCE // 6 + 1)], lost=REFUSED),
+        "floods-cells": Attack(3, "more empty cells than a notebook may hold (100,000 took the "
+                                  "grader's process a minute)",
+                               extra=[""] * MAX_CELLS, lost=REFUSED),  # fmt: skip
+        "swells-the-source": Attack(3, "notes of half a cell's bound each, more than a notebook's "
+                                       "bound in all", tamper=_swells_source, lost=REFUSED),
+        "swells-the-file": Attack(3, "an output larger than a notebook's file may be",
+                                  tamper=_swells_file, lost=REFUSED),
+        "nests-too-deep": Attack(
+            3, "code nested deeper than Python's parser goes, beside and inside a right softmax",
+            cells={"softmax": _honest("softmax").replace(
+                '    """Numerically', "    _ = " + "-" * 900 + "1\n    \"\"\"Numerically")},
+            extra=["x = " + "-" * 10_000 + "1", "y = " + "a+" * 10_000 + "a",
+                   "z = f" + "()" * 10_000], lost={}),  # fmt: skip
         # -- 4: rules checked inside the sandbox ------------------------------------------------
         "delegates-through-importlib": Attack(
             4, "softmax taken from attnlib.numpy by names built at run time",
