@@ -33,6 +33,8 @@ MAX_NOTEBOOK_BYTES = 16 * 2**20  # one notebook's file, outputs included
 MAX_CELLS = 1_000  # in one notebook (the longest lesson has 94)
 MAX_CELL_SOURCE = 64 * 2**10  # characters of source in one cell (a lesson's longest: about 5,000)
 MAX_SOURCE = 2**20  # characters of source in all of a notebook's cells (lesson 06: about 92,000)
+MAX_NESTING = 64  # levels of a notebook's JSON (a lesson's, graded: 8; 900 took nbgrader past
+# Python's recursion limit, and the student got an error where a line saying why is due)
 TIMESTAMP = "timestamp.txt"  # when it was submitted, written by nbgrader submit; nbgrader reads it
 TIMESTAMP_BYTES = 64  # whole, on the instructor's side ("2026-11-29 03:00:00.123456 UTC": 30)
 # nbgrader's formgrader puts a student's id into its page of a submission as it is, in the text
@@ -124,8 +126,9 @@ def problems(
 
 
 def notebook_problems(path: Path) -> list[str]:
-    """Why the grader will not read the notebook at ``path`` further: a file, cells or source
-    beyond the bounds (``MAX_NOTEBOOK_BYTES``, ``MAX_CELLS``, ``MAX_CELL_SOURCE``, ``MAX_SOURCE``).
+    """Why the grader will not read the notebook at ``path`` further: a file, nesting, cells or
+    source beyond the bounds (``MAX_NOTEBOOK_BYTES``, ``MAX_NESTING``, ``MAX_CELLS``,
+    ``MAX_CELL_SOURCE``, ``MAX_SOURCE``).
 
     Empty if it is within them, and for a file that is no notebook at all: nbgrader names that
     problem itself, as for any student.
@@ -136,9 +139,15 @@ def notebook_problems(path: Path) -> list[str]:
     except Refused as error:
         return [f"{error}, outputs included (Edit → Clear Outputs of All Cells makes it smaller)"]
     try:
-        cells = _cells(json.loads(data))
-    except (ValueError, RecursionError):
+        nb, deep = json.loads(data), False
+    except RecursionError:  # deeper than Python's decoder goes
+        nb, deep = None, True
+    except ValueError:
         return []
+    if deep or _deeper_than(nb, MAX_NESTING):
+        return [f"{name} nests its JSON more than {MAX_NESTING} levels deep (a lesson's notebook, "
+                "graded, nests 8)"]  # fmt: skip
+    cells = _cells(nb)
     if len(cells) > MAX_CELLS:
         return [f"{name} holds {len(cells):,} cells, more than the {MAX_CELLS:,} a notebook may "
                 "hold"]  # fmt: skip
@@ -154,6 +163,18 @@ def notebook_problems(path: Path) -> list[str]:
         return [f"the cells of {name} hold {total:,} characters in all, more than the "
                 f"{MAX_SOURCE:,} a notebook may hold"]  # fmt: skip
     return []
+
+
+def _deeper_than(value, depth: int) -> bool:
+    """Whether JSON ``value`` nests more than ``depth`` levels of lists and objects deep."""
+    todo = [(value, 1)] if isinstance(value, dict | list) else []
+    while todo:
+        node, level = todo.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if level > depth:
+            return True
+        todo += [(child, level + 1) for child in children if isinstance(child, dict | list)]
+    return False
 
 
 def _cells(nb) -> list:

@@ -247,6 +247,17 @@ def _swells_source(nb: dict) -> None:
     nb["cells"] += [new_markdown_cell("n" * half) for _ in range(MAX_SOURCE // half + 1)]
 
 
+def _nests_its_json(folder: Path, course: Path) -> None:
+    import json  # nbformat's own nodes would not hold it: they recurse too
+
+    path = folder / f"{LESSON}.ipynb"
+    nb, deep = json.loads(path.read_text(encoding="utf-8")), {}
+    for _ in range(900):
+        deep = {"a": deep}
+    nb["metadata"]["deep"] = deep
+    path.write_text(json.dumps(nb), encoding="utf-8")
+
+
 def _swells_file(nb: dict) -> None:
     from nbformat.v4 import new_output
 
@@ -544,6 +555,9 @@ except OSError as error:
                                        "bound in all", tamper=_swells_source, lost=REFUSED),
         "swells-the-file": Attack(3, "an output larger than a notebook's file may be",
                                   tamper=_swells_file, lost=REFUSED),
+        "nests-its-json": Attack(3, "notebook metadata nested 900 deep: nbgrader's steps raised "
+                                    "RecursionError, and the student got an error",
+                                 plant=_nests_its_json, lost=REFUSED),
         "nests-too-deep": Attack(
             3, "code nested deeper than Python's parser goes, beside and inside a right softmax",
             cells={"softmax": _honest("softmax").replace(

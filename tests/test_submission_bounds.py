@@ -27,7 +27,13 @@ from course import BIN, REPO, env
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder import notebook, scoring, submission
-from autograder.submission import MAX_CELL_SOURCE, MAX_CELLS, MAX_NOTEBOOK_BYTES, MAX_SOURCE
+from autograder.submission import (
+    MAX_CELL_SOURCE,
+    MAX_CELLS,
+    MAX_NESTING,
+    MAX_NOTEBOOK_BYTES,
+    MAX_SOURCE,
+)
 
 LESSON_NOTEBOOKS = sorted(REPO.glob("solutions/*/*.ipynb")) + sorted(REPO.glob("lessons/*/*.ipynb"))
 # what Python's parser gives up on: a MemoryError, and a RecursionError
@@ -53,6 +59,7 @@ def test_every_lesson_notebook_is_far_inside_every_bound(path):
     size, cells, longest, total = sizes(path)
     assert 10 * size <= MAX_NOTEBOOK_BYTES and 10 * cells <= MAX_CELLS
     assert 10 * longest <= MAX_CELL_SOURCE and 10 * total <= MAX_SOURCE
+    assert not submission._deeper_than(json.loads(path.read_bytes()), MAX_NESTING // 8)
     assert submission.problems(path.parent) == []
 
 
@@ -101,8 +108,27 @@ def test_the_bounds_count_every_form_a_notebook_file_holds(tmp_path):
         "cell 1 of" in submission.problems(write(tmp_path / "lines", json.dumps(lines)).parent)[0]
     )
     # not a notebook at all: left to nbgrader, which says so for every student alike
-    for name, text in {"garbled": '{"cells": [ not', "deep": "[" * 100_000, "list": "[]"}.items():
+    for name, text in {"garbled": '{"cells": [ not', "list": "[]", "null": "null"}.items():
         assert submission.problems(write(tmp_path / name, text).parent) == [], name
+
+
+def nested(levels: int) -> dict:
+    """A notebook whose JSON nests ``levels`` deep, in its metadata."""
+    deep: dict = {}
+    for _ in range(levels - 3):  # the innermost, the metadata and the notebook are three
+        deep = {"a": deep}
+    return {"nbformat": 4, "nbformat_minor": 5, "cells": [], "metadata": {"deep": deep}}
+
+
+def test_json_nested_deeper_than_the_bound_is_refused_before_python_gives_up_on_it(tmp_path):
+    assert submission.problems(write(tmp_path / "at", json.dumps(nested(MAX_NESTING))).parent) == []
+    why = [f"02-softmax-masking.ipynb nests its JSON more than {MAX_NESTING} levels deep (a "
+           "lesson's notebook, graded, nests 8)"]  # fmt: skip
+    for levels in (MAX_NESTING + 1, 900):  # 900: nbgrader's steps raised RecursionError
+        text = json.dumps(nested(levels))
+        assert submission.problems(write(tmp_path / str(levels), text).parent) == why
+    deeper = '{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}"  # past Python's decoder
+    assert submission.problems(write(tmp_path / "decoder", deeper).parent) == why
 
 
 def test_only_the_notebooks_grading_reads_are_bounded(tmp_path):
