@@ -166,8 +166,8 @@ def guard_copy(assignment: str, student: str, notebooks: list[str]) -> None:
     try:
         folders = {Path(path).parent for path in notebooks}
         folder = next(iter(folders))
-        lesson = names.released_notebooks(coursedir, folder.name)  # nbgrader skips any other
-        graded = [Path(path).stem for path in notebooks if Path(path).stem in lesson]
+        known = names.released_notebooks(coursedir, folder.name)  # nbgrader skips any other
+        graded = [Path(path).stem for path in notebooks if Path(path).stem in known]
         safe = len(folders) == 1 and not submission.problems(folder, folder.parent, graded)
     except Exception:  # noqa: BLE001 — anything odd: copy nothing
         safe = False

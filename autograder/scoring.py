@@ -28,7 +28,7 @@ import numpy as np
 from attnlib import checks, quiz
 from attnlib.checks._core import Outcome
 
-from . import protocol
+from . import protocol, submission
 from .runner import Fault, Runner
 
 # How deep a learner's syntax tree may nest for the recursive walks of the trusted side
@@ -90,14 +90,8 @@ def parsed(source: str) -> ast.Module | None:
 
 
 def deeper_than(tree: ast.AST, depth: int) -> bool:
-    """Whether ``tree`` nests more than ``depth`` nodes deep (walked without recursion)."""
-    todo = [(tree, 1)]
-    while todo:
-        node, level = todo.pop()
-        if level > depth:
-            return True
-        todo += [(child, level + 1) for child in ast.iter_child_nodes(node)]
-    return False
+    """Whether the syntax tree ``tree`` nests more than ``depth`` nodes deep."""
+    return submission.deeper_than(tree, depth, ast.iter_child_nodes)
 
 
 def strip_magics(source: str) -> str:

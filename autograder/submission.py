@@ -144,7 +144,7 @@ def notebook_problems(path: Path) -> list[str]:
         nb, deep = None, True
     except ValueError:
         return []
-    if deep or _deeper_than(nb, MAX_NESTING):
+    if deep or deeper_than(nb, MAX_NESTING, _containers):
         return [f"{name} nests its JSON more than {MAX_NESTING} levels deep (a lesson's notebook, "
                 "graded, nests 8)"]  # fmt: skip
     cells = _cells(nb)
@@ -165,16 +165,22 @@ def notebook_problems(path: Path) -> list[str]:
     return []
 
 
-def _deeper_than(value, depth: int) -> bool:
-    """Whether JSON ``value`` nests more than ``depth`` levels of lists and objects deep."""
-    todo = [(value, 1)] if isinstance(value, dict | list) else []
+def deeper_than(root, depth: int, children: Callable) -> bool:
+    """Whether ``root`` nests more than ``depth`` levels deep, ``children(node)`` being a node's
+    children (walked without recursion: the tree may be deeper than Python's stack)."""
+    todo = [(root, 1)]
     while todo:
         node, level = todo.pop()
-        children = node.values() if isinstance(node, dict) else node
         if level > depth:
             return True
-        todo += [(child, level + 1) for child in children if isinstance(child, dict | list)]
+        todo += [(child, level + 1) for child in children(node)]
     return False
+
+
+def _containers(value) -> list:
+    """The lists and objects directly inside JSON ``value``: its levels of nesting."""
+    inside = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [child for child in inside if isinstance(child, dict | list)]
 
 
 def _cells(nb) -> list:

@@ -59,7 +59,8 @@ def test_every_lesson_notebook_is_far_inside_every_bound(path):
     size, cells, longest, total = sizes(path)
     assert 10 * size <= MAX_NOTEBOOK_BYTES and 10 * cells <= MAX_CELLS
     assert 10 * longest <= MAX_CELL_SOURCE and 10 * total <= MAX_SOURCE
-    assert not submission._deeper_than(json.loads(path.read_bytes()), MAX_NESTING // 8)
+    nb = json.loads(path.read_bytes())
+    assert not submission.deeper_than(nb, MAX_NESTING // 8, submission._containers)
     assert submission.problems(path.parent) == []
 
 

@@ -120,12 +120,8 @@ class Follower:
         try:
             code = self.transform(source) if self.transform is not None else source
             named = _named(ast.parse(code))
-        except (
-            SyntaxError,
-            ValueError,
-            RecursionError,
-            MemoryError,
-        ):  # not parsed: every word counts
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            # not Python, or nested deeper than the parser goes: every word counts
             return {name for name in exercises if re.search(rf"\b{name}\b", source)}
         used = named & exercises
         todo, seen = sorted(named - exercises), set()
