@@ -9,7 +9,7 @@ directory, so run nbgrader commands from the repository root. Layout:
 
 import os
 
-from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE, guard_copy
+from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE, guard_copy, validate_within_bounds
 
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
 
@@ -39,6 +39,10 @@ c.Autograde.sanitize_preprocessors = SANITIZE
 c.Autograde.autograde_preprocessors = AUTOGRADE
 c.Autograde.pre_convert_hook = guard_copy  # nothing of a refused submission is copied
 c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back and graded
+
+# Validate (the learner's button, `nbgrader validate`): nbgrader's own steps, after a check that
+# refuses, in grading's words, a notebook that grading would refuse for its size or shape.
+validate_within_bounds(c)
 
 # Seconds per cell and per call of the learner's code (nbgrader's default is 30); `nbgrader
 # validate` reads it too. Each notebook also has a budget for all its cells and checks together.

@@ -35,6 +35,8 @@ MAX_CELL_SOURCE = 64 * 2**10  # characters of source in one cell (a lesson's lon
 MAX_SOURCE = 2**20  # characters of source in all of a notebook's cells (lesson 06: about 92,000)
 MAX_NESTING = 64  # levels of a notebook's JSON (a lesson's, graded: 8; 900 took nbgrader past
 # Python's recursion limit, and the student got an error where a line saying why is due)
+# what a notebook too large is told (its outputs count: nbformat reads them too)
+OUTPUTS_INCLUDED = "outputs included (Edit → Clear Outputs of All Cells makes it smaller)"
 TIMESTAMP = "timestamp.txt"  # when it was submitted, written by nbgrader submit; nbgrader reads it
 TIMESTAMP_BYTES = 64  # whole, on the instructor's side ("2026-11-29 03:00:00.123456 UTC": 30)
 # nbgrader's formgrader puts a student's id into its page of a submission as it is, in the text
@@ -44,6 +46,10 @@ MARKUP = '<"'
 
 class Refused(Exception):
     """A submission that is not graded; the message says why, for the student and instructor."""
+
+
+class TooLarge(Refused):
+    """A file larger than it may be (:func:`read`)."""
 
 
 def shown(name: str) -> str:
@@ -136,17 +142,33 @@ def notebook_problems(path: Path) -> list[str]:
     name = shown(Path(path).name)
     try:
         data = read(path, MAX_NOTEBOOK_BYTES)
+    except TooLarge:
+        return [_too_large(name)]
     except Refused as error:
-        return [f"{error}, outputs included (Edit → Clear Outputs of All Cells makes it smaller)"]
+        return [str(error)]
     try:
-        nb, deep = json.loads(data), False
+        nb = json.loads(data)
     except RecursionError:  # deeper than Python's decoder goes
-        nb, deep = None, True
+        return [_nests(name)]
     except ValueError:
         return []
-    if deep or deeper_than(nb, MAX_NESTING, _containers):
-        return [f"{name} nests its JSON more than {MAX_NESTING} levels deep (a lesson's notebook, "
-                "graded, nests 8)"]  # fmt: skip
+    return content_problems(nb, name)
+
+
+def saved_problems(nb: dict, name: str) -> list[str]:
+    """:func:`notebook_problems` of notebook ``nb`` (read by nbformat) as Jupyter saves it, named
+    ``name``: nbgrader's Validate gets the notebook read, not its file."""
+    import nbformat
+
+    if len(nbformat.writes(nb).encode()) > MAX_NOTEBOOK_BYTES:
+        return [_too_large(name)]
+    return content_problems(nb, name)
+
+
+def content_problems(nb, name: str) -> list[str]:
+    """Nesting, cells or source of notebook ``nb`` (its JSON, as read) beyond the bounds."""
+    if deeper_than(nb, MAX_NESTING, _containers):
+        return [_nests(name)]
     cells = _cells(nb)
     if len(cells) > MAX_CELLS:
         return [f"{name} holds {len(cells):,} cells, more than the {MAX_CELLS:,} a notebook may "
@@ -163,6 +185,17 @@ def notebook_problems(path: Path) -> list[str]:
         return [f"the cells of {name} hold {total:,} characters in all, more than the "
                 f"{MAX_SOURCE:,} a notebook may hold"]  # fmt: skip
     return []
+
+
+def _too_large(name: str) -> str:
+    return f"{larger_than(name, MAX_NOTEBOOK_BYTES)}, {OUTPUTS_INCLUDED}"
+
+
+def _nests(name: str) -> str:
+    return (
+        f"{name} nests its JSON more than {MAX_NESTING} levels deep (a lesson's notebook, graded, "
+        "nests 8)"
+    )
 
 
 def deeper_than(root, depth: int, children: Callable) -> bool:
@@ -259,8 +292,12 @@ def read(path: Path, limit: int = MAX_BYTES) -> bytes:
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise Refused(f"{shown(Path(path).name)} is larger than {limit // 2**20} MB")
+        raise TooLarge(larger_than(shown(Path(path).name), limit))
     return data
+
+
+def larger_than(name: str, limit: int) -> str:
+    return f"{name} is larger than {limit // 2**20} MB"
 
 
 def files_beside(

@@ -23,8 +23,9 @@ copy of its lesson and a fresh kernel (the kernels are shut down after each test
    sentence naming the mistake and the section to reread, no traceback; a right one prints
    ``✓ softmax: correct.``. The mask toggle, operated from the keyboard (focus, Space),
    changes the rendered image and the text readout.
-3. **Validate** with the wrong softmax in place names the failing cell and the mistake; then
-   Nbgrader → Assignment List shows the released lesson.
+3. **Validate** with the wrong softmax in place names the failing cell and the mistake; with a
+   dataset pasted into that cell, more than a cell may hold, it says grading would refuse the
+   notebook; then Nbgrader → Assignment List shows the released lesson.
 
 Every test fails on a JavaScript console error or an uncaught page error. Screenshots go to
 test-artifacts/browser/ (gitignored). Every wait is bounded; Chromium and JupyterLab are stopped
@@ -47,6 +48,8 @@ from pathlib import Path
 import pytest
 from browser import INSTALL_SECONDS, launched
 from servers import free_port, make_env, make_lab
+
+from autograder.submission import MAX_CELL_SOURCE
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts" / "browser"
@@ -86,6 +89,7 @@ RIGHT_SOFTMAX = '''def softmax(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)'''
 WRONG_SOFTMAX_SAYS = "softmax normalises over the first axis"
+PASTED = "\nDATA = [" + "0.5, " * (MAX_CELL_SOURCE // 5) + "]\n"  # one line, as pasted
 
 
 def _lesson_param(lesson: str):
@@ -400,14 +404,22 @@ class Notebook:
 
     def write(self, index: int, code: str) -> None:
         """Replace a cell's source as a learner would: click into it, select all, type."""
+        cell = self.paste(index, code, leave=False)
+        lines = [line.rstrip() for line in cell.locator(".cm-line").all_inner_texts()]
+        assert "\n".join(lines).strip() == code.strip(), f"the editor holds:\n{lines}"
+        self.page.keyboard.press("Escape")  # back to command mode
+
+    def paste(self, index: int, code: str, leave: bool = True):
+        """Replace a cell's source with ``code`` in one go, as pasting does (the editor draws only
+        part of a very long line, so what it shows is not checked); returns the cell."""
         cell = self.cell_at(index)
         cell.scroll_into_view_if_needed()
         cell.locator(".cm-content").click()
         self.page.keyboard.press("Control+a")
         self.page.keyboard.insert_text(code)  # no auto-indent or bracket closing on the way
-        lines = [line.rstrip() for line in cell.locator(".cm-line").all_inner_texts()]
-        assert "\n".join(lines).strip() == code.strip(), f"the editor holds:\n{lines}"
-        self.page.keyboard.press("Escape")  # back to command mode
+        if leave:
+            self.page.keyboard.press("Escape")  # back to command mode
+        return cell
 
     # -- the notebook on disk ------------------------------------------------------------------
     def save(self, seconds: float = 30) -> list[dict]:
@@ -689,6 +701,23 @@ def test_lesson02_validate_names_the_cell_and_the_mistake(notebook):
     softmax = [s for s in sections if 'with report("softmax", softmax)' in s]
     assert softmax, dialog.inner_text()[:3000]
     assert WRONG_SOFTMAX_SAYS in softmax[0], softmax[0][:3000]
+    dialog.locator(".jp-Dialog-button").last.click()
+    expect(dialog).to_have_count(0)
+
+    # A dataset pasted into the cell, more than a cell may hold: Validate says what grading
+    # would, before a kernel runs anything.
+    nb.paste(solution, WRONG_SOFTMAX + PASTED)
+    nb.page.locator(".validate-button").first.click()
+    expect(dialog).to_contain_text("There was an error running the validate command",
+                                   timeout=90 * MS)  # fmt: skip
+    said = " ".join(dialog.locator("pre").inner_text().split())  # the words are wrapped
+    begins = "(it begins 'def softmax(x, axis=-1):') holds"
+    assert (
+        f"This notebook would not be graded: cell {solution + 1} of the notebook {begins}" in said
+    )
+    assert f"more than the {MAX_CELL_SOURCE:,} a cell may hold" in said, said
+    dialog.get_by_text("would not be graded").first.scroll_into_view_if_needed()
+    _shot(nb.page, "lesson02-validate-refused")
     dialog.locator(".jp-Dialog-button").last.click()
     expect(dialog).to_have_count(0)
 

@@ -35,11 +35,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from course import BIN, REPO, env, make_course
-from nbgrader.api import Gradebook
+from nbformat.v4 import new_code_cell
+from nbgrader.api import Gradebook, MissingEntry
 from test_grade_students import submit
 
 from attnlib import checks, quiz
-from autograder import view
+from autograder import submission, view
+from autograder.submission import MAX_CELL_SOURCE
 
 pytestmark = [
     pytest.mark.slow,
@@ -216,10 +218,17 @@ def validated(path: Path, course: Path) -> tuple[dict, dict[str, str]]:
     Run All it made (under ``NBGRADER_EXECUTION=validate``: lesson 06 trains its models
     briefly, and every verdict is the same)."""
     executed = path.parents[1] / "validated.ipynb"  # not beside it: check copies what is
+    reply = button_reply(path, course, executed)
+    assert reply["success"], reply["value"]
+    return reply["value"], kernel_verdicts(nbformat.read(executed, as_version=4))
+
+
+def button_reply(path: Path, course: Path, executed: Path) -> dict:
+    """The Validate handler's reply for ``path`` (:mod:`validate_as_the_button`)."""
     script = Path(__file__).with_name("validate_as_the_button.py")
     done = run(sys.executable, str(script), str(path), str(executed), cwd=course)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout), kernel_verdicts(nbformat.read(executed, as_version=4))
+    return json.loads(done.stdout)
 
 
 def check_verdicts(path: Path, course: Path) -> tuple[dict[str, str], list[str]]:
@@ -335,3 +344,51 @@ def test_a_wrong_answer_fails_all_five_ways_with_the_same_named_mistake(judged):
         assert not question.accepts(WRONG_ANSWER), key
         fails_every_way(found["wrong"], key, f"not right yet. Revisit: {question.topic}",
                         f'check_answer("{lesson}", "{key}")')  # fmt: skip
+
+
+def test_a_notebook_grading_refuses_is_refused_in_the_same_words_by_every_way_that_reads_it(
+    tmp_path,
+):
+    """A learner pasted a dataset into a cell of lesson 02, more than a cell may hold; every answer
+    is right. Grading refuses the notebook before reading it further (``submission``'s bounds), so
+    Validate, ``attn-grade check`` and ``pytest --attn-notebook`` say so before the learner
+    submits, each with the line the gradebook's refusal gives, and none runs the notebook. (The
+    test cells judge one exercise each, not the notebook: there, nothing changes.)"""
+    lesson = "02-softmax-masking"
+    course = make_course(tmp_path, [lesson])
+    nb = learner_notebook(lesson, {})
+    nb.cells.append(new_code_cell('data = """\n' + "0.5, " * (MAX_CELL_SOURCE // 5 + 1) + '\n"""'))
+    folder = course / "mine" / "pasted" / lesson
+    folder.mkdir(parents=True)
+    path = folder / f"{lesson}.ipynb"
+    nbformat.write(nb, path)
+    submit(course, lesson, "pasted", nb)
+    (why,) = submission.notebook_problems(path)
+    assert why.startswith(f"cell {len(nb.cells)} of {lesson}.ipynb (it begins 'data = ") and (
+        f"more than the {MAX_CELL_SOURCE:,} a cell may hold" in why
+    )
+
+    # Validate: the handler's reply, which the button shows below "There was an error running
+    # the validate command:", ends with the line (wrapped); no kernel ran the notebook
+    executed = tmp_path / "validated.ipynb"
+    reply = button_reply(path, course, executed)
+    assert not reply["success"], reply
+    said = reply["value"].rsplit("autograder.submission.Refused:", 1)[1]
+    assert " ".join(said.split()) == "This notebook would not be graded: " + why.replace(
+        f"{lesson}.ipynb", "the notebook"
+    ), reply["value"]
+    assert not executed.exists()
+
+    done = run(str(BIN / "attn-grade"), "check", str(path), "--json", "--no-record", cwd=course)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert json.loads(done.stdout)["error"] == f"{path} would not be graded: {why}"
+
+    assert list(pytest_verdicts(path, course).values()) == [f"{path} would not be graded: {why}"]
+
+    done = run(str(BIN / "attn-grade"), "batch", lesson, "--course", str(course), "--json",
+               "--workers", "1", cwd=course)  # fmt: skip
+    (result,) = json.loads(done.stdout)
+    assert result["status"] == "refused", result
+    assert result["error"] == why, result
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb, pytest.raises(MissingEntry):
+        gb.find_submission_notebook(lesson, lesson, "pasted")

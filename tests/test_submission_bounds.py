@@ -196,3 +196,44 @@ def test_the_lessons_and_the_library_nest_far_less_deep_than_the_bound():
     assert not any(scoring.deeper_than(tree, scoring.MAX_DEPTH // 4) for tree in trees)
     name = ast.parse("x")  # Module, Expr, Name, its Load
     assert scoring.deeper_than(name, 3) and not scoring.deeper_than(name, 4)
+
+
+def beyond_each_bound() -> dict[str, nbformat.NotebookNode]:
+    """A notebook beyond each bound, one bound each (as nbformat reads it)."""
+    big = new_notebook(cells=[new_code_cell("print('o' * 2**24)")])
+    big.cells[0].outputs = [nbformat.v4.new_output("stream", text="o" * MAX_NOTEBOOK_BYTES)]
+    deep = nbformat.from_dict(nested(MAX_NESTING + 1))
+    return {
+        "file": big,
+        "nesting": deep,
+        "cells": new_notebook(cells=[new_code_cell("") for _ in range(MAX_CELLS + 1)]),
+        "cell": new_notebook(cells=[new_code_cell("x = 1\n" * (MAX_CELL_SOURCE // 6 + 1))]),
+        "source": new_notebook(
+            cells=[new_markdown_cell("n" * MAX_CELL_SOURCE) for _ in range(16)]
+            + [new_code_cell("x")]
+        ),
+    }
+
+
+@pytest.mark.parametrize("bound", beyond_each_bound())
+def test_validate_refuses_what_grading_refuses_in_the_same_words(tmp_path, bound):
+    """nbgrader's Validate gets the notebook read, not its file: its first step
+    (``nbgrader_plugin.CheckBounds``) measures it as Jupyter saves it, and finds what grading
+    finds in the file, named "the notebook"; a notebook within the bounds goes on, untouched."""
+    from autograder.nbgrader_plugin import CheckBounds
+
+    path = write(tmp_path / bound, beyond_each_bound()[bound])
+    (why,) = submission.notebook_problems(path)
+    nb = nbformat.read(path, as_version=4)
+    assert submission.saved_problems(nb, "the notebook") == [
+        why.replace("02-softmax-masking.ipynb", "the notebook")
+    ]
+    with pytest.raises(submission.Refused) as error:
+        CheckBounds().preprocess(nb, {})
+    said = str(error.value)  # on lines of its own, wrapped for the button's box
+    assert said.startswith("\n") and max(map(len, said.splitlines())) <= CheckBounds.WIDTH
+    assert " ".join(said.split()) == "This notebook would not be graded: " + why.replace(
+        "02-softmax-masking.ipynb", "the notebook"
+    )
+    within = nbformat.read(REPO / "lessons" / "02-softmax-masking" / "02-softmax-masking.ipynb", 4)
+    assert CheckBounds().preprocess(within, {}) == (within, {})

@@ -7,7 +7,11 @@ course directory, and also writes the notebook the Validator executed (Run All i
 kernel, with ``NBGRADER_EXECUTION=validate``), so a test can read that one run's cells instead of
 running the notebook a second time::
 
-    python validate_as_the_button.py NOTEBOOK EXECUTED   # prints the Validator's results as JSON
+    python validate_as_the_button.py NOTEBOOK EXECUTED   # prints the handler's reply as JSON
+
+The reply is the handler's: ``{"success": true, "value": RESULTS}``, or, when the Validator
+raised, ``{"success": false, "value": TRACEBACK}``, which the button shows under "There was an
+error running the validate command:".
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 
 import nbformat
 from jupyter_core.paths import jupyter_config_path
@@ -44,11 +49,15 @@ def button_config():
 
 def main(notebook: str, executed: str) -> None:
     validator = KeepingValidator(config=button_config())
-    results = validator.validate(os.path.abspath(notebook))
+    try:
+        results = validator.validate(os.path.abspath(notebook))
+    except Exception:  # noqa: BLE001 — as the handler: the reply carries the traceback
+        json.dump({"success": False, "value": traceback.format_exc()}, sys.stdout)
+        return
     if validator.executed is None:  # nbgrader runs no notebook whose cells changed type
         raise SystemExit(f"the Validator did not run {notebook}: {results}")
     nbformat.write(validator.executed, executed)
-    json.dump(results, sys.stdout)
+    json.dump({"success": True, "value": results}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,16 @@ Kubernetes image copies it to /etc/jupyter (deploy/z2jh/Dockerfile). The hub set
 
 import os
 
+from autograder.nbgrader_plugin import validate_within_bounds
+
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
 
 c.CourseDirectory.course_id = "attention"
 c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE_ROOT", "/srv/nbgrader/exchange")
+
+# Validate, on every server (as the course's nbgrader_config.py sets it): nbgrader's own steps,
+# after a check that refuses, in grading's words, a notebook that grading would refuse.
+validate_within_bounds(c)
 
 if os.environ.get("ATTN_ROLE") == "instructor":
     if os.environ.get("ATTN_COURSE_DIR"):
