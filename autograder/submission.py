@@ -169,6 +169,8 @@ def content_problems(nb, name: str) -> list[str]:
     """Nesting, cells or source of notebook ``nb`` (its JSON, as read) beyond the bounds."""
     if deeper_than(nb, MAX_NESTING, _containers):
         return [_nests(name)]
+    if found := _version_problems(nb, name):
+        return found
     cells = _cells(nb)
     if len(cells) > MAX_CELLS:
         return [f"{name} holds {len(cells):,} cells, more than the {MAX_CELLS:,} a notebook may "
@@ -184,6 +186,18 @@ def content_problems(nb, name: str) -> list[str]:
     if total > MAX_SOURCE:
         return [f"the cells of {name} hold {total:,} characters in all, more than the "
                 f"{MAX_SOURCE:,} a notebook may hold"]  # fmt: skip
+    return []
+
+
+def _version_problems(nb, name: str) -> list[str]:
+    """A format version that is not a whole number: nbformat stops on it with a bare
+    ``AssertionError`` (``nbformat_minor`` NaN, a string or null), or worse."""
+    for key in ("nbformat", "nbformat_minor") if isinstance(nb, dict) else ():
+        if key in nb and not isinstance(nb[key], int):
+            given = printable(json.dumps(nb[key]))
+            given = given if len(given) <= 40 else given[:39] + "…"
+            return [f"{name} gives {key} as {given}, where a notebook gives a whole number "
+                    "(Jupyter writes nbformat 4, nbformat_minor 5)"]  # fmt: skip
     return []
 
 

@@ -258,6 +258,15 @@ def _nests_its_json(folder: Path, course: Path) -> None:
     path.write_text(json.dumps(nb), encoding="utf-8")
 
 
+def _garbles_its_version(folder: Path, course: Path) -> None:
+    import json  # nbformat would not write it
+
+    path = folder / f"{LESSON}.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb["nbformat_minor"] = float("nan")
+    path.write_text(json.dumps(nb), encoding="utf-8")
+
+
 def _swells_file(nb: dict) -> None:
     from nbformat.v4 import new_output
 
@@ -612,6 +621,9 @@ def softmax(x, axis=-1):
         "prints-a-lone-surrogate": Attack(
             6, "output that cannot be written as UTF-8",
             extra=["print('bad \\ud800 text')\nprint({'\\udfff': 1})"], lost={}),
+        "garbles-its-version": Attack(
+            6, "nbformat_minor NaN: nbformat stopped on it with a bare AssertionError, and the "
+               "student got 'error: AssertionError'", plant=_garbles_its_version, lost=REFUSED),
     }  # fmt: skip
 
 

@@ -237,3 +237,40 @@ def test_validate_refuses_what_grading_refuses_in_the_same_words(tmp_path, bound
     )
     within = nbformat.read(REPO / "lessons" / "02-softmax-masking" / "02-softmax-masking.ipynb", 4)
     assert CheckBounds().preprocess(within, {}) == (within, {})
+
+
+def with_version(major, minor) -> str:
+    return json.dumps({"nbformat": major, "nbformat_minor": minor, "metadata": {}, "cells": []})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "5", None, 4.0], ids=repr)
+def test_a_format_version_that_is_not_a_whole_number_is_refused_with_a_line_saying_so(
+    tmp_path, value
+):
+    """nbformat stops on such a notebook with a bare ``AssertionError`` (or reads ``4.0`` as no
+    version it knows): the student would get an error naming nothing."""
+    path = write(tmp_path / "minor", with_version(4, value))
+    why = (f"02-softmax-masking.ipynb gives nbformat_minor as {json.dumps(value)}, where a "
+           "notebook gives a whole number (Jupyter writes nbformat 4, nbformat_minor 5)"
+           )  # fmt: skip
+    assert submission.problems(path.parent) == [why]
+    with pytest.raises(notebook.NotebookError) as error:
+        notebook.read(path)
+    assert str(error.value) == f"{path} would not be graded: {why}"
+    major = write(tmp_path / "major", with_version(value, 5))
+    assert "gives nbformat as" in submission.problems(major.parent)[0]
+    for whole in (5, 0, True):  # what nbformat reads
+        assert (
+            submission.problems(write(tmp_path / str(whole), with_version(4, whole)).parent) == []
+        )
+
+
+def test_a_notebook_that_is_no_regular_file_is_told_so_and_nothing_about_outputs(tmp_path):
+    import os
+
+    folder = tmp_path / "02-softmax-masking"
+    folder.mkdir()
+    os.mkfifo(folder / "02-softmax-masking.ipynb")  # opened without blocking, never read
+    assert submission.notebook_problems(folder / "02-softmax-masking.ipynb") == [
+        "02-softmax-masking.ipynb is not a regular file"
+    ]
