@@ -48,7 +48,7 @@ from nbgrader.apps.autogradeapp import AutogradeApp
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 
-from . import names, nbgrader_plugin, submission
+from . import names, nbgrader_plugin, notebook_format, submission
 from .limits import Limits
 from .pool import Pool, start
 
@@ -175,6 +175,7 @@ class _Todo:
     due: str | None  # the student's due date as the batch started (see due_dates)
     why: str  # why a student graded before is graded again (a note in the results), or ""
     jobs: dict = field(default_factory=dict)  # notebook → (fingerprint, future)
+    refused: list[str] = field(default_factory=list)  # notebooks nbformat would not take
 
 
 def run_batch(
@@ -301,7 +302,11 @@ def _run(
             if not ahead:
                 return graded
             item = ahead[0]
-            result = _grade_student(app, course, lesson, item, options)
+            if item.refused:  # as the bounds are: nbgrader would stop on it, saying less
+                shown = submission.printable(item.name)
+                result = StudentResult(shown, "refused", error="; ".join(item.refused))
+            else:
+                result = _grade_student(app, course, lesson, item, options)
             if item.why:
                 result.problems.insert(0, item.why)
             ahead.popleft()
@@ -481,7 +486,8 @@ def _prefetch(
     for path in [item.folder / f"{name}.ipynb" for name in sorted(notebooks)]:
         try:
             nb = _sanitized(app, lesson, item.name, path)
-        except Exception:  # noqa: BLE001 — nbgrader will report this student's problem itself
+        except Exception:  # noqa: BLE001 — nbgrader will report this student's problem itself,
+            item.refused += _format_problems(path)  # unless nbformat would not take the notebook
             continue
         item.jobs[path.stem] = (
             nbgrader_plugin.fingerprint(nb, files),
@@ -494,6 +500,15 @@ def own_seconds(results) -> float:
     and checks, not the wait for a warm template): not the time their results waited for the
     students before them, whom nbgrader's loop writes first."""
     return round(sum(float(r.get("seconds") or 0.0) for r in results), 3)
+
+
+def _format_problems(path: Path) -> list[str]:
+    """:func:`notebook_format.format_problems` of the notebook at ``path`` ([] if unreadable)."""
+    try:
+        text = submission.read(path, submission.MAX_NOTEBOOK_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, submission.Refused):
+        return []
+    return notebook_format.format_problems(text, submission.shown(path.name))
 
 
 def _sanitized(app: AutogradeApp, lesson: str, student: str, path: Path):

@@ -67,7 +67,7 @@ from nbgrader.preprocessors import CheckCellMetadata as NbgraderCheckCellMetadat
 from nbgrader.validator import Validator
 from traitlets import Float, Integer, Unicode
 
-from . import cells, history, names, prose, submission
+from . import cells, history, names, notebook_format, prose, submission
 from .limits import Limits
 from .protocol import scrub
 from .template import shared_pair
@@ -142,15 +142,13 @@ class CheckSubmission(NbGraderPreprocessor):
                 )
             )
             shutil.rmtree(dest, ignore_errors=True)  # nbgrader copied it before any hook ran
-            raise submission.Refused(
-                f"the submission of {submission.shown(info['student'])} is refused: "
-                + "; ".join(found)
-            )
+            refuse(resources, found)
 
 
 class CheckBounds(NbGraderPreprocessor):
     """First of nbgrader's Validate steps (:data:`VALIDATE`): a notebook that grading would refuse
-    for its size or shape is refused, in grading's words, before a kernel runs it.
+    (for its size or shape, or as no valid notebook) is refused, in grading's words, before a
+    kernel runs it.
 
     The button shows the traceback of what Validate raised in a box of fixed width, so the words
     start on a line of their own, wrapped to :data:`WIDTH`.
@@ -161,6 +159,7 @@ class CheckBounds(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         # Validate gets the notebook read, not its path: its name is not known here
         found = submission.saved_problems(nb, "the notebook")
+        found = found or notebook_format.schema_problems(nb, "the notebook")
         if found:
             why = f"This notebook would not be graded: {'; '.join(found)}"
             raise submission.Refused("\n" + "\n".join(textwrap.wrap(why, self.WIDTH)))
@@ -343,11 +342,12 @@ class Sanitize(NbGraderPreprocessor):
 
     The steps run in order, and the notebook is validated after each, as nbconvert validates
     after every preprocessor of a list, so a step that leaves the notebook invalid fails it even
-    if a later one would repair it. Within :func:`sanitizing_ahead` (``attn-grade batch``), a
-    notebook the batch sanitized ahead of nbgrader's loop, to send it to the workers
-    (:func:`sanitize_ahead`), is not sanitized a second time: when nbgrader's loop reaches it,
-    this returns what the steps made of exactly that notebook then, after checking the
-    submission's folder again.
+    if a later one would repair it; a notebook invalid as submitted is refused with a line
+    naming the place (:mod:`autograder.notebook_format`). Within :func:`sanitizing_ahead`
+    (``attn-grade batch``), a notebook the batch sanitized ahead of nbgrader's loop, to send it
+    to the workers (:func:`sanitize_ahead`), is not sanitized a second time: when nbgrader's
+    loop reaches it, this returns what the steps made of exactly that notebook then, after
+    checking the submission's folder again.
     """
 
     def preprocess(self, nb, resources):
@@ -375,9 +375,23 @@ class Sanitize(NbGraderPreprocessor):
                 nbformat.validate(nb, relax_add_props=True)  # as nbconvert's exporter does
             except nbformat.ValidationError:
                 self.log.error("Notebook is invalid after preprocessor %s", step.__name__)
+                if n == 1:  # as submitted (the first step only checks): the student is told where
+                    refuse(resources, notebook_format.schema_problems(nb, _file_name(resources)))
                 raise
         _repairs[_ahead_key(resources)] = notes
         return nb, resources
+
+
+def refuse(resources, found: list[str]) -> None:
+    """Raise :class:`~autograder.submission.Refused` for the submission of ``resources``,
+    naming what was ``found`` (nothing is raised if nothing was)."""
+    if found:
+        student = submission.shown(resources["nbgrader"]["student"])
+        raise submission.Refused(f"the submission of {student} is refused: " + "; ".join(found))
+
+
+def _file_name(resources) -> str:
+    return submission.shown(f"{resources['nbgrader']['notebook']}.ipynb")
 
 
 def _ahead_key(resources) -> tuple:

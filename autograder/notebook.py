@@ -35,7 +35,7 @@ import nbformat
 
 from attnlib import checks
 
-from . import submission
+from . import notebook_format, submission
 from .scoring import MAX_DEPTH, deeper_than, parsed
 
 SETUP_TAG = "setup"
@@ -52,11 +52,16 @@ class NotebookError(ValueError):
 
 
 def read(path: Path) -> nbformat.NotebookNode:
-    """The notebook at ``path``, if grading would read it (:func:`submission.notebook_problems`:
-    the same bounds, in the same words)."""
+    """The notebook at ``path``, if grading would take it, judged as grading judges it, in the
+    same words: its bounds (:func:`submission.notebook_problems`), then whether nbformat reads
+    it and it validates (:func:`notebook_format.format_problems`)."""
+    resolved = Path(path).resolve()
     try:
-        found = submission.notebook_problems(Path(path).resolve())
-    except OSError:
+        found = submission.notebook_problems(resolved)
+        if not found:
+            text = submission.read(resolved, submission.MAX_NOTEBOOK_BYTES).decode("utf-8")
+            found = notebook_format.format_problems(text, submission.shown(resolved.name))
+    except (OSError, UnicodeDecodeError, submission.Refused):
         found = []  # nbformat names the problem below
     if found:
         raise NotebookError(f"{path} would not be graded: {'; '.join(found)}")

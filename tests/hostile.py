@@ -267,6 +267,16 @@ def _garbles_its_version(folder: Path, course: Path) -> None:
     path.write_text(json.dumps(nb), encoding="utf-8")
 
 
+def _breaks_the_format(folder: Path, course: Path) -> None:
+    import json  # nbformat would not write it
+
+    path = folder / f"{LESSON}.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    (test,) = [c for c in nb["cells"] if "test_softmax" in str(c["metadata"].get("nbgrader"))]
+    test["metadata"]["tags"] = "raises-exception"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+
+
 def _swells_file(nb: dict) -> None:
     from nbformat.v4 import new_output
 
@@ -621,6 +631,9 @@ def softmax(x, axis=-1):
         "prints-a-lone-surrogate": Attack(
             6, "output that cannot be written as UTF-8",
             extra=["print('bad \\ud800 text')\nprint({'\\udfff': 1})"], lost={}),
+        "breaks-the-format": Attack(
+            6, "a test cell's tags a string, not a list: nbformat stopped grading with words "
+               "that named no cell", plant=_breaks_the_format, lost=REFUSED),
         "garbles-its-version": Attack(
             6, "nbformat_minor NaN: nbformat stopped on it with a bare AssertionError, and the "
                "student got 'error: AssertionError'", plant=_garbles_its_version, lost=REFUSED),

@@ -201,6 +201,7 @@ def test_no_attack_gains_a_point(graded, way, name):
                 "larger than",
                 "deep",
                 "a whole number",
+                "not a valid notebook",
             )
             assert any(why in result["error"] for why in said), result
         return
