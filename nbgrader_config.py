@@ -9,7 +9,8 @@ directory, so run nbgrader commands from the repository root. Layout:
 
 import os
 
-from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE, guard_copy, validate_within_bounds
+from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE, guard_copy
+from autograder.validation import validate_within_bounds
 
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
 

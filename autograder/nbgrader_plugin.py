@@ -42,7 +42,6 @@ import functools
 import hashlib
 import json
 import shutil
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -55,7 +54,6 @@ from nbgrader.nbgraderformat.common import BaseMetadataValidator
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     ClearOutput,
-    Execute,
     IgnorePattern,
     LimitOutput,
     NbGraderPreprocessor,
@@ -64,7 +62,6 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 from nbgrader.preprocessors import CheckCellMetadata as NbgraderCheckCellMetadata
-from nbgrader.validator import Validator
 from traitlets import Float, Integer, Unicode
 
 from . import cells, history, names, notebook_format, prose, submission
@@ -143,27 +140,6 @@ class CheckSubmission(NbGraderPreprocessor):
             )
             shutil.rmtree(dest, ignore_errors=True)  # nbgrader copied it before any hook ran
             refuse(resources, found)
-
-
-class CheckBounds(NbGraderPreprocessor):
-    """First of nbgrader's Validate steps (:data:`VALIDATE`): a notebook that grading would refuse
-    (for its size or shape, or as no valid notebook) is refused, in grading's words, before a
-    kernel runs it.
-
-    The button shows the traceback of what Validate raised in a box of fixed width, so the words
-    start on a line of their own, wrapped to :data:`WIDTH`.
-    """
-
-    WIDTH = 80
-
-    def preprocess(self, nb, resources):
-        # Validate gets the notebook read, not its path: its name is not known here
-        found = submission.saved_problems(nb, "the notebook")
-        found = found or notebook_format.schema_problems(nb, "the notebook")
-        if found:
-            why = f"This notebook would not be graded: {'; '.join(found)}"
-            raise submission.Refused("\n" + "\n".join(textwrap.wrap(why, self.WIDTH)))
-        return nb, resources
 
 
 _BASE_IGNORE: dict[int, list[str]] = {}
@@ -582,14 +558,3 @@ SANITIZE_STEPS = [CheckSubmission, ClearOutput, Deduplicate, OverwriteKernelspec
 SANITIZE = [Sanitize]
 AUTOGRADE = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
              SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]  # fmt: skip
-# nbgrader's Validate (``Validator.preprocessors``): nbgrader's own steps, after the bounds
-VALIDATE = [CheckBounds, NbgraderCheckCellMetadata, ClearOutput, Execute]
-
-
-def validate_within_bounds(c) -> None:
-    """Make nbgrader's Validate (the learner's button, ``nbgrader validate``) run :data:`VALIDATE`,
-    in config ``c``. nbgrader keeps Validate's steps in a trait its config cannot set
-    (``Validator.preprocessors`` is not tagged ``config=True``, unlike the converters' lists), so
-    that trait is tagged first; ``tests/test_one_verdict.py`` fails if nbgrader changes it."""
-    Validator.class_traits()["preprocessors"].tag(config=True)
-    c.Validator.preprocessors = VALIDATE

@@ -19,8 +19,8 @@ import pytest
 from course import BIN, REPO, env
 
 from autograder import notebook, submission
-from autograder.nbgrader_plugin import CheckBounds
 from autograder.notebook_format import format_problems, schema_problems
+from autograder.validation import CheckBounds
 
 LESSON = "02-softmax-masking"
 RELEASE = REPO / "lessons" / LESSON / f"{LESSON}.ipynb"

@@ -218,9 +218,9 @@ def beyond_each_bound() -> dict[str, nbformat.NotebookNode]:
 @pytest.mark.parametrize("bound", beyond_each_bound())
 def test_validate_refuses_what_grading_refuses_in_the_same_words(tmp_path, bound):
     """nbgrader's Validate gets the notebook read, not its file: its first step
-    (``nbgrader_plugin.CheckBounds``) measures it as Jupyter saves it, and finds what grading
+    (``validation.CheckBounds``) measures it as Jupyter saves it, and finds what grading
     finds in the file, named "the notebook"; a notebook within the bounds goes on, untouched."""
-    from autograder.nbgrader_plugin import CheckBounds
+    from autograder.validation import CheckBounds
 
     path = write(tmp_path / bound, beyond_each_bound()[bound])
     (why,) = submission.notebook_problems(path)

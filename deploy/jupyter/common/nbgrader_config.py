@@ -7,7 +7,7 @@ Kubernetes image copies it to /etc/jupyter (deploy/z2jh/Dockerfile). The hub set
 
 import os
 
-from autograder.nbgrader_plugin import validate_within_bounds
+from autograder.validation import validate_within_bounds
 
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
 
