@@ -351,7 +351,7 @@ class Sanitize(NbGraderPreprocessor):
                 nbformat.validate(nb, relax_add_props=True)  # as nbconvert's exporter does
             except nbformat.ValidationError:
                 self.log.error("Notebook is invalid after preprocessor %s", step.__name__)
-                if n == 1:  # as submitted (the first step only checks): the student is told where
+                if step is CheckSubmission:  # it only checks: invalid as submitted, so say where
                     refuse(resources, notebook_format.schema_problems(nb, _file_name(resources)))
                 raise
         _repairs[_ahead_key(resources)] = notes

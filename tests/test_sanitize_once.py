@@ -141,3 +141,17 @@ def test_a_step_that_breaks_the_notebook_fails_it_even_if_a_later_one_repairs_it
     monkeypatch.setattr(nbgrader_plugin, "SANITIZE_STEPS", [Break, Repair])
     with pytest.raises(nbformat.ValidationError):
         Sanitize(config=config).preprocess(nb, resources)
+
+
+def test_a_notebook_invalid_as_submitted_is_refused_naming_the_place(course, config):
+    """Plain nbgrader's pass: the steps' first check finds the notebook invalid as the student
+    left it, so the student is told where (``notebook_format``), not a step's failure."""
+    nb, resources = read(course)
+    code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells[code].execution_count = "x"  # nbformat reads it (and only logs that it is invalid)
+    with pytest.raises(submission.Refused) as refused:
+        Sanitize(config=config).preprocess(nb, resources)
+    assert str(refused.value) == (
+        f"the submission of ada is refused: {LESSON}.ipynb is not a valid notebook: cell "
+        f"{code + 1}'s execution_count: 'x' is not of type 'integer', 'null'"
+    )
