@@ -134,7 +134,7 @@ def problems(
 def notebook_problems(path: Path) -> list[str]:
     """Why the grader will not read the notebook at ``path`` further: a file, nesting, cells or
     source beyond the bounds (``MAX_NOTEBOOK_BYTES``, ``MAX_NESTING``, ``MAX_CELLS``,
-    ``MAX_CELL_SOURCE``, ``MAX_SOURCE``).
+    ``MAX_CELL_SOURCE``, ``MAX_SOURCE``), or a format version that is not a whole number.
 
     Empty if it is within them, and for a file that is no notebook at all: nbgrader names that
     problem itself, as for any student.
@@ -166,7 +166,8 @@ def saved_problems(nb: dict, name: str) -> list[str]:
 
 
 def content_problems(nb, name: str) -> list[str]:
-    """Nesting, cells or source of notebook ``nb`` (its JSON, as read) beyond the bounds."""
+    """Nesting, cells or source of notebook ``nb`` (its JSON, as read) beyond the bounds, or its
+    format version not a whole number."""
     if deeper_than(nb, MAX_NESTING, _containers):
         return [_nests(name)]
     if found := _version_problems(nb, name):
