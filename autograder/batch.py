@@ -487,7 +487,9 @@ def _prefetch(
         try:
             nb = _sanitized(app, lesson, item.name, path)
         except Exception:  # noqa: BLE001 — nbgrader will report this student's problem itself,
-            item.refused += _format_problems(path)  # unless nbformat would not take the notebook
+            item.refused += notebook_format.file_problems(
+                path
+            )  # unless nbformat would not take the notebook
             continue
         item.jobs[path.stem] = (
             nbgrader_plugin.fingerprint(nb, files),
@@ -500,15 +502,6 @@ def own_seconds(results) -> float:
     and checks, not the wait for a warm template): not the time their results waited for the
     students before them, whom nbgrader's loop writes first."""
     return round(sum(float(r.get("seconds") or 0.0) for r in results), 3)
-
-
-def _format_problems(path: Path) -> list[str]:
-    """:func:`notebook_format.format_problems` of the notebook at ``path`` ([] if unreadable)."""
-    try:
-        text = submission.read(path, submission.MAX_NOTEBOOK_BYTES).decode("utf-8")
-    except (OSError, UnicodeDecodeError, submission.Refused):
-        return []
-    return notebook_format.format_problems(text, submission.shown(path.name))
 
 
 def _sanitized(app: AutogradeApp, lesson: str, student: str, path: Path):

@@ -54,14 +54,11 @@ class NotebookError(ValueError):
 def read(path: Path) -> nbformat.NotebookNode:
     """The notebook at ``path``, if grading would take it, judged as grading judges it, in the
     same words: its bounds (:func:`submission.notebook_problems`), then whether nbformat reads
-    it and it validates (:func:`notebook_format.format_problems`)."""
+    it and it validates (:func:`notebook_format.file_problems`)."""
     resolved = Path(path).resolve()
     try:
-        found = submission.notebook_problems(resolved)
-        if not found:
-            text = submission.read(resolved, submission.MAX_NOTEBOOK_BYTES).decode("utf-8")
-            found = notebook_format.format_problems(text, submission.shown(resolved.name))
-    except (OSError, UnicodeDecodeError, submission.Refused):
+        found = submission.notebook_problems(resolved) or notebook_format.file_problems(resolved)
+    except OSError:
         found = []  # nbformat names the problem below
     if found:
         raise NotebookError(f"{path} would not be graded: {'; '.join(found)}")

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import nbformat
 from jsonschema.exceptions import best_match
 from nbformat.validator import get_validator
+
+from . import submission
 
 SHOWN = 40  # characters of a wrong value quoted in the line
 
@@ -37,6 +40,16 @@ def format_problems(text: str, name: str) -> list[str]:
         where = _described(raw) if isinstance(raw, dict) and raw.get("nbformat") == 4 else None
         return [f"{name} is not a valid notebook: {where or error}"]
     return schema_problems(nb, name)
+
+
+def file_problems(path: Path) -> list[str]:
+    """:func:`format_problems` of the notebook file at ``path`` ([] if it cannot be read as
+    text: the bounds, or nbformat, name that)."""
+    try:
+        text = submission.read(path, submission.MAX_NOTEBOOK_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, submission.Refused):
+        return []
+    return format_problems(text, submission.shown(Path(path).name))
 
 
 def schema_problems(nb, name: str) -> list[str]:
