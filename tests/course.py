@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import io
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import nbformat
+import numpy as np
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 LESSON_IDS = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())  # the lessons
@@ -74,3 +80,16 @@ def released(lessons: list[str]) -> Path:
             part.mkdir()
             course = release(part, lessons).rename(course)
     return course
+
+
+def figures(path: Path) -> list[tuple[str, np.ndarray]]:
+    """Every image a notebook shows: the first line of the cell that showed it, and its pixels
+    ``(height, width, 4)`` (RGBA)."""
+    shown = []
+    for cell in nbformat.read(path, as_version=4).cells:
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png:
+                image = Image.open(io.BytesIO(base64.b64decode(png))).convert("RGBA")
+                shown.append((cell.source.partition("\n")[0], np.asarray(image)))
+    return shown

@@ -13,8 +13,9 @@ import shutil
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
-from course import LESSON_IDS, REPO, make_course, nbgrader
+from course import LESSON_IDS, REPO, figures, make_course, nbgrader
 from nbgrader.api import Gradebook
 
 from attnlib import checks
@@ -215,6 +216,22 @@ def test_every_cell_of_the_solutions_runs_while_graded(course, autograded, lesso
             for out in cell.get("outputs", []):
                 if out.output_type == "stream":
                     assert not re.search(r"\r[^\n]", out.text), (cell.source[:60], out.text[:300])
+
+
+@pytest.mark.parametrize("lesson", lesson_params())
+def test_no_figure_of_a_right_notebook_is_cut_at_its_edges(course, autograded, lesson):
+    """Every image a graded right notebook shows has a frame of bare background: nothing drawn
+    reaches its edge. Lesson 02 shows its figures at the size they are made instead of cropped to
+    what they hold (cropping lays a figure out once more), so its heatmaps set their own margins:
+    a label pushed past them would be cut off, and show here."""
+    assert autograded(lesson).returncode == 0
+    (path,) = (course / "autograded" / "alice" / lesson).glob("*.ipynb")
+    shown = figures(path)
+    assert shown, f"{lesson} shows no figure"
+    for first_line, pixels in shown:
+        frame = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
+        colours = np.unique(frame, axis=0)
+        assert len(colours) == 1, (lesson, first_line, pixels.shape, colours[:4].tolist())
 
 
 @pytest.mark.parametrize("lesson", lesson_params())

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from course import BIN, REPO, env, make_course
+from course import BIN, REPO, env, figures, make_course
 from nbformat.v4 import new_code_cell
 from nbgrader.api import Gradebook, MissingEntry
 from test_grade_students import submit
@@ -258,6 +258,11 @@ def gradebook_verdicts(course: Path, lesson: str, student: str) -> dict[str, flo
         return {graded_name(g.name): g.score for g in nb.grades}
 
 
+def sizes(path: Path) -> list[tuple[str, tuple[int, ...]]]:
+    """The images ``path`` shows, in order: the first line of each one's cell, and its shape."""
+    return [(first_line, pixels.shape) for first_line, pixels in figures(path)]
+
+
 @pytest.fixture(scope="module", params=LESSONS)
 def judged(request, tmp_path_factory):
     lesson = request.param
@@ -292,6 +297,10 @@ def judged(request, tmp_path_factory):
         graded.result()
     for who in found:
         found[who]["validate"], found[who]["kernel"] = found[who]["validate"]
+        found[who]["kernel figures"] = sizes(course / "mine" / who / "validated.ipynb")
+        found[who]["graded figures"] = sizes(
+            course / "autograded" / who / lesson / f"{lesson}.ipynb"
+        )
         found[who]["check"], found[who]["check problems"] = found[who]["check"]
         found[who]["gradebook"] = gradebook_verdicts(course, lesson, who)
     return lesson, found
@@ -316,6 +325,19 @@ def test_a_right_answer_passes_all_five_ways(judged):
     # nor a cell that failed, nor a course cell it had to run whole (a cell an answer needs
     # whole is tagged setup: the check then takes one round, not two)
     assert right["check problems"] == [], right["check problems"]
+
+
+def test_the_graded_notebook_shows_the_figures_the_learners_kernel_drew(judged):
+    """The feedback shows a learner the figures their own kernel drew (Validate's Run All), the
+    same ones at the same sizes: the sandbox keeps what a notebook asks of the inline backend.
+    Lesson 02 asks for its figures at the size they are made, not cropped (a cropped figure is
+    laid out once more): graded, they are that size too. (An interactive explorer is graded as
+    a line that names it, the sandbox's edition of ``attnlib.viz``: its picture is not compared.)"""
+    lesson, found = judged
+    kernel, graded = found["right"]["kernel figures"], found["right"]["graded figures"]
+    assert graded, f"{lesson}: the graded notebook shows no figure"
+    drawn = {first_line for first_line, _ in graded}
+    assert [figure for figure in kernel if figure[0] in drawn] == graded
 
 
 def fails_every_way(wrong: dict, name: str, phrase: str, test_line: str) -> None:
