@@ -344,7 +344,8 @@ def _cell_errors(nb, found: engine.Graded, whole: set[int]) -> list[str]:
 
 
 def _first_line(source: str, width: int = 60) -> str:
-    """The cell's first line of Python (not a magic such as ``%matplotlib inline``), cut."""
+    """The cell's first line of code (not a magic such as ``%matplotlib inline``, nor a comment),
+    cut; a cell of nothing else is named by its first line."""
     lines = [x.strip() for x in source.splitlines() if x.strip()]
-    line = next((x for x in lines if not x.startswith(("%", "!"))), lines[0] if lines else "")
+    line = next((x for x in lines if not x.startswith(("%", "!", "#"))), lines[0] if lines else "")
     return line if len(line) <= width else line[: width - 1] + "…"

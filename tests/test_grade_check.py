@@ -72,7 +72,7 @@ def test_an_answer_that_uses_a_course_cells_result_is_judged_as_grading_judges_i
     assert all(q["passed"] for q in report["questions"]), report["questions"]
     assert report["problems"] == [], report["problems"]
     (whole,) = report["ran_whole"]
-    assert whole.startswith("the cell that begins 'import math'"), whole  # after its magic
+    assert whole.startswith("the cell that begins 'import math'"), whole  # after magics, comment
     assert whole.endswith("(words)"), whole
     assert "so they ran in full:" in check(save(tmp_path, nb, "again"), "--no-record").stdout
 
