@@ -487,9 +487,8 @@ def _prefetch(
         try:
             nb = _sanitized(app, lesson, item.name, path)
         except Exception:  # noqa: BLE001 — nbgrader will report this student's problem itself,
-            item.refused += notebook_format.file_problems(
-                path
-            )  # unless nbformat would not take the notebook
+            # unless nbformat would not take the notebook
+            item.refused += notebook_format.file_problems(path)
             continue
         item.jobs[path.stem] = (
             nbgrader_plugin.fingerprint(nb, files),
