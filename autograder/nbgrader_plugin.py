@@ -14,7 +14,7 @@ after each step as nbconvert does after every preprocessor.
   through a link (a link to ``/dev/zero`` would fill the disk; one to the gradebook would copy it).
 * :class:`TrustedExecute` replaces ``Execute``: the notebook runs in attn-grade's sandbox and
   every graded cell's outputs are written from verdicts reached outside it
-  (:mod:`autograder.engine`), so ``SaveAutoGrades`` — nbgrader's own — scores what the grader
+  (:mod:`autograder.engine`), so ``SaveAutoGrades`` — nbgrader's scoring — scores what the grader
   decided and nothing the notebook displayed.
 
 :class:`Deduplicate` and :class:`RestoreCells` take the place of nbgrader's ``DeduplicateIds``
@@ -26,7 +26,8 @@ text in formgrader and the feedback page (:mod:`autograder.prose`).
 
 And :class:`CheckCellMetadata` is nbgrader's check of the cells' metadata against the same
 schema, with the schema's validator built once: nbgrader's builds it and checks the schema itself
-again for every cell of every notebook, twice per submission.
+again for every cell of every notebook, twice per submission. :class:`SaveAutoGrades` is
+nbgrader's, writing a notebook's scores in one transaction instead of one per cell.
 
 So plain ``nbgrader autograde`` and ``attn-grade batch`` grade with the same engine and give the
 same scores; ``attn-grade batch`` only adds parallel workers (:func:`supply` hands their results
@@ -59,9 +60,9 @@ from nbgrader.preprocessors import (
     NbGraderPreprocessor,
     OverwriteCells,
     OverwriteKernelspec,
-    SaveAutoGrades,
 )
 from nbgrader.preprocessors import CheckCellMetadata as NbgraderCheckCellMetadata
+from nbgrader.preprocessors import SaveAutoGrades as NbgraderSaveAutoGrades
 from traitlets import Float, Integer, Unicode
 
 from . import cells, history, names, notebook_format, prose, submission
@@ -529,6 +530,34 @@ def apply(nb, result: dict) -> None:
         rec = cells.get(str(index)) or {"outputs": [], "execution_count": None}
         cell.outputs = [nbformat.from_dict(o) for o in rec["outputs"]]
         cell.execution_count = rec.get("execution_count")
+
+
+class SaveAutoGrades(NbgraderSaveAutoGrades):
+    """nbgrader's ``SaveAutoGrades``, with a notebook's scores and comments written in one
+    transaction.
+
+    nbgrader's commits after every graded cell and every answer cell (22 for a lesson-02
+    notebook, each a wait on the disk by the gradebook's one writer) are flushes here, and the
+    notebook is committed once, after its last cell. The gradebook ends the same; a grader
+    stopped half-way through a notebook leaves none of its new scores rather than some.
+    """
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+
+        info = resources["nbgrader"]
+        self.notebook_id, self.assignment_id = info["notebook"], info["assignment"]
+        self.student_id, self.db_url = info["student"], info["db_url"]
+        self.gradebook = Gradebook(self.db_url)
+        with self.gradebook:  # closing it rolls back what was not committed
+            session = self.gradebook.db
+            session.commit = session.flush  # what nbgrader's _add_score and _add_comment call
+            try:
+                nb, resources = NbGraderPreprocessor.preprocess(self, nb, resources)
+            finally:
+                del session.commit
+            session.commit()
+        return nb, resources
 
 
 class ShowProse(NbGraderPreprocessor):
