@@ -9,6 +9,7 @@ failure)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def course(tmp_path_factory) -> Path:
     root = make_course(tmp_path_factory.mktemp("save-once"), [LESSON])
     submit(root, LESSON, STUDENT, student_notebook(LESSON, STUDENTS[LESSON][STUDENT]))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PATH", f"{BIN}:{__import__('os').environ['PATH']}")  # nbgrader: alembic
+        mp.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")  # nbgrader: alembic
         options = batch.BatchOptions(workers=1, progress=False, feedback=False)
         results = batch.run_batch(root, LESSON, options)
     assert [r.status for r in results] == ["graded"]
