@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import jsonschema
 from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.api import Gradebook
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.nbgraderformat.common import BaseMetadataValidator
@@ -543,8 +544,6 @@ class SaveAutoGrades(NbgraderSaveAutoGrades):
     """
 
     def preprocess(self, nb, resources):
-        from nbgrader.api import Gradebook
-
         info = resources["nbgrader"]
         self.notebook_id, self.assignment_id = info["notebook"], info["assignment"]
         self.student_id, self.db_url = info["student"], info["db_url"]
