@@ -49,6 +49,7 @@ from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 
 from . import names, nbgrader_plugin, notebook_format, submission
+from .gradebook_engine import one_engine
 from .limits import Limits
 from .pool import Pool, start
 
@@ -344,36 +345,6 @@ def _run(
         bar.close()
         pool.close()
     return sorted(results, key=lambda r: r.student)
-
-
-@contextlib.contextmanager
-def one_engine():
-    """nbgrader's gradebook, opened once per database for the whole batch.
-
-    nbgrader opens its ``Gradebook`` about a dozen times per submission, and each opening makes
-    a new SQLAlchemy engine, whose cache of compiled statements dies with it: the batch spent
-    more time compiling SQL than running it. Here every opening of the same URL gets the same
-    engine (closing a gradebook still returns its connections; the engine only keeps its
-    statement cache). nbgrader's own code, queries and transactions are unchanged.
-    """
-    from nbgrader import api
-
-    engines: dict[str, object] = {}
-    make = api.create_engine
-
-    def create_engine(url, *args, **kwargs):
-        key = repr((str(url), args, sorted(kwargs.items())))
-        if key not in engines:
-            engines[key] = make(url, *args, **kwargs)
-        return engines[key]
-
-    api.create_engine = create_engine
-    try:
-        yield
-    finally:
-        api.create_engine = make
-        for engine in engines.values():
-            engine.dispose()
 
 
 MOVED = (

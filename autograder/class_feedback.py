@@ -65,7 +65,7 @@ def _init(course: str, lesson: str, log_level: str) -> None:
 
     prctl(PR_SET_PDEATHSIG, 9)  # the workers die with the command
     skip_iri_grammars()
-    from .batch import one_engine
+    from .gradebook_engine import one_engine
 
     os.chdir(course)
     stack = contextlib.ExitStack()
