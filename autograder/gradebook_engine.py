@@ -32,6 +32,7 @@ def one_engine() -> Iterator[None]:
     from sqlalchemy.orm import scoped_session, sessionmaker
 
     engines: dict[str, object] = {}  # URL → the engine its first opening made
+    shared: set[object] = set()  # those engines (a lookup that never iterates over the dict)
     lock = threading.Lock()
     nbgrader_open, nbgrader_close = api.Gradebook.__init__, api.Gradebook.close
 
@@ -41,6 +42,7 @@ def one_engine() -> Iterator[None]:
             if engine is None:  # the first opening: nbgrader's own, tables made or found
                 nbgrader_open(gb, db_url, course_id, authenticator)
                 engines[str(db_url)] = gb.engine
+                shared.add(gb.engine)
                 return
         # as nbgrader's Gradebook.__init__ does, less the engine and the check of the tables
         gb.engine = engine
@@ -50,7 +52,7 @@ def one_engine() -> Iterator[None]:
         gb.authenticator = authenticator
 
     def close(gb) -> None:
-        if gb.engine not in engines.values():  # opened before the block: nbgrader's close
+        if gb.engine not in shared:  # opened before the block: nbgrader's close
             nbgrader_close(gb)
             return
         gb.db.remove()  # its connection goes back to the pool; the block's end disposes it
