@@ -171,6 +171,24 @@ def test_a_lesson_that_trains_starts_its_sandboxes_with_an_optimisers_imports_lo
         assert value(lesson_04, step) == [0.0, 0.0]  # a learner's optimiser steps as ever
 
 
+def test_what_a_lessons_first_cells_use_is_loaded_before_any_fork(template):
+    """A notebook's first cells (``lesson.begin``, ``%matplotlib inline`` and ``%config``, NumPy's
+    random generators, the lesson's questions) find what they use already loaded by the template:
+    no sandbox imports it again."""
+    outputs = run(
+        template,
+        "import json, sys\nbefore = set(sys.modules)",
+        f"from attnlib import lesson\nlesson.begin({LESSON!r})",
+        "%matplotlib inline\n%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}",
+        "import numpy as np\nrng = np.random.default_rng(0)",
+        f"from attnlib import quiz\nquestions = quiz.questions({LESSON!r})",
+        "print(json.dumps(sorted(set(sys.modules) - before)))",
+    )
+    assert not [o for out in outputs for o in out if o["output_type"] == "error"], outputs
+    assert printed(outputs[1]).strip(), outputs[1]  # the lesson began: it says where one stands
+    assert json.loads(printed(outputs[-1])) == []
+
+
 def test_a_sandbox_starts_as_a_fresh_kernel(template):
     """What the template did to warm up (a figure drawn, a traceback formatted) leaves nothing a
     learner's notebook can see: counts start at 1, no names but IPython's, no last traceback."""

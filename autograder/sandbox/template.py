@@ -60,6 +60,9 @@ def warm_up() -> tuple[object, Sink]:
         import numpy as np
 
         names = ["attnlib.numpy", "attnlib.viz", "attnlib.measure"]
+        # what a lesson's first cells import: the lesson's tracker and the hook it installs
+        # (:mod:`attnlib.checks.follow`), its questions (below), NumPy's random generators
+        names += ["attnlib.lesson", "attnlib.checks.follow", "numpy.random"]
         if with_torch:
             import torch  # noqa: F401
 
@@ -72,13 +75,26 @@ def warm_up() -> tuple[object, Sink]:
         for name in names:
             with contextlib.suppress(Exception):
                 __import__(name)
+        with contextlib.suppress(Exception):
+            from attnlib import quiz
+
+            quiz.questions(lesson)  # imports the lesson's own questions
         sink = Sink()
         shell = make_shell(sink)
+        _load_magics(shell)
         _draw_once(plt, np)
         _format_a_traceback(shell)
         if lesson in TRAINS:
             _optimise_once()
     return shell, sink
+
+
+def _load_magics(shell) -> None:
+    """Register every magic IPython declares lazily (its own ``module:Class`` ones; an extension
+    waits until used, as in a kernel), so a sandbox's first ``%config`` — which lists them all
+    — does not import them."""
+    with contextlib.suppress(Exception):
+        shell.magics_manager.load_all_lazy_magics()
 
 
 def _draw_once(plt, np) -> None:
