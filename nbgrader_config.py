@@ -10,6 +10,7 @@ directory, so run nbgrader commands from the repository root. Layout:
 import os
 
 from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE, guard_copy
+from autograder.notebook_format import mend_cell_ids_quietly
 from autograder.validation import validate_within_bounds
 
 c = get_config()  # noqa: F821 -- injected by traitlets when nbgrader loads this file
@@ -40,6 +41,7 @@ c.Autograde.sanitize_preprocessors = SANITIZE
 c.Autograde.autograde_preprocessors = AUTOGRADE
 c.Autograde.pre_convert_hook = guard_copy  # nothing of a refused submission is copied
 c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back and graded
+mend_cell_ids_quietly()  # nbformat's line for every repeated cell id it renews, left out
 
 # Validate (the learner's button, `nbgrader validate`): nbgrader's own steps, after a check that
 # refuses, in grading's words, a notebook that grading would refuse for its size or shape.

@@ -338,11 +338,15 @@ def _course(path: Path) -> Path | None:
 
     Every command that opens the course's gradebook comes through here, so nbgrader's own
     SQLAlchemy warnings ("... not in session ...", about its gradebook's internals, nothing a
-    user can act on) are silenced here once.
+    user can act on) are silenced here once, and so are nbformat's, one for each cell id it
+    mends (:func:`notebook_format.mend_cell_ids_quietly`).
     """
     import warnings
 
+    from .notebook_format import mend_cell_ids_quietly
+
     warnings.filterwarnings("ignore", message=".*not in session.*")
+    mend_cell_ids_quietly()
     course = path.resolve()
     if (course / "nbgrader_config.py").exists() or (course / "gradebook.db").exists():
         return course

@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 from jsonschema.exceptions import best_match
 from nbformat.validator import get_validator
+from nbformat.warnings import DuplicateCellId, MissingIDFieldWarning
 
 from . import submission
 
@@ -40,6 +41,20 @@ def format_problems(text: str, name: str) -> list[str]:
         where = _described(raw) if isinstance(raw, dict) and raw.get("nbformat") == 4 else None
         return [f"{name} is not a valid notebook: {where or error}"]
     return schema_problems(nb, name)
+
+
+def mend_cell_ids_quietly() -> None:
+    """Let nbformat mend repeated and missing cell ids in this process without a line for each.
+
+    Where two cells share an id, or one has none, nbformat gives it a fresh one as it reads or
+    validates the notebook, and warns once for every cell it mends, each time. Grading reads and
+    validates a submission several times over, so one notebook whose cells all share an id filled
+    a class's log with hundreds of lines. A grade depends on no cell id (nbgrader's are the grade
+    ids, which :mod:`autograder.cells` sets right and reports), so the grader lets nbformat mend
+    them quietly, as :func:`format_problems` does.
+    """
+    warnings.filterwarnings("ignore", category=DuplicateCellId)
+    warnings.filterwarnings("ignore", category=MissingIDFieldWarning)
 
 
 def file_problems(path: Path) -> list[str]:

@@ -1,13 +1,13 @@
 """The hostile corpus, graded in one batch beside honest students, both ways in.
 
-One scratch course of lesson 02: three honest students, students with odd names, and every attack
-of tests/hostile.py. It is graded by ``attn-grade batch`` and, in a copy, by plain ``nbgrader
-autograde`` with the course's ``nbgrader_config.py``, each followed by its feedback pages; both
-ways run at the same time (mostly waiting on attacks held to their timeout or budget), with the
-grader's environment holding a secret, as on a hub. Then every honest student must have full
-marks, every attack exactly the points it set out to gain lost, no gradebook copy anywhere a
-student reads, no secret in anything a student reads, nothing left running, and the temp dir as
-it was.
+One scratch course of lesson 02: three honest students, students with odd names, one whose cells
+all share a cell id, and every attack of tests/hostile.py. It is graded by ``attn-grade batch``
+and, in a copy, by plain ``nbgrader autograde`` with the course's ``nbgrader_config.py``, each
+followed by its feedback pages; both ways run at the same time (mostly waiting on attacks held
+to their timeout or budget), with the grader's environment holding a secret, as on a hub. Then
+every honest student must have full marks, every attack exactly the points it set out to gain
+lost, no gradebook copy anywhere a student reads, no secret in anything a student reads, nothing
+left running, and the temp dir as it was.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ TIMEOUT, BUDGET = 3, 40
 # batch refuses it (docs/grading.md, "What does not hold").
 THEIRS_UNGRADABLE = [name for name in UNGRADABLE_NAMES if b"\n" not in name]
 HONEST = ["honest-a", "honest-b", "honest-c"]
+REPEATED_IDS = "every-cell-one-id"  # an honest notebook whose cells all carry the same cell id
 
 
 def honest_notebook() -> nbformat.NotebookNode:
@@ -75,6 +76,10 @@ def build(course: Path, attacks: dict, names: list[bytes] = UNGRADABLE_NAMES) ->
         nb = honest_notebook()
         change(nb)
         submit(course, LESSON, name, nb)
+    repeated = json.loads(nbformat.writes(honest_notebook()))
+    for cell in repeated["cells"]:
+        cell["id"] = "same"
+    submit(course, LESSON, REPEATED_IDS, json.dumps(repeated))  # as text: nbformat would mend it
     for name, attack in attacks.items():
         nb = student_notebook(LESSON, {})
         for grade_id, source in attack.cells.items():
@@ -139,7 +144,7 @@ def graded(tmp_path_factory):
     left = sorted(os.listdir(tmp))
     results = {r["student"]: r for r in json.loads(batch.stdout)}
     return {"ours": ours, "theirs": theirs, "attacks": attacks, "results": results,
-            "seconds": seconds, "plain": plain, "temp": left,
+            "seconds": seconds, "plain": plain, "temp": left, "batch": batch,
             "feedback": {r["student"]: r for r in json.loads(feedback.stdout)}}  # fmt: skip
 
 
@@ -219,6 +224,22 @@ def test_a_notebook_whose_course_cells_changed_by_accident_keeps_every_point(gra
             assert any(note in p for p in result["problems"]), result
             page = course / "autograded" / student / LESSON / "attn-feedback.md"
             assert note in page.read_text(encoding="utf-8"), student
+
+
+@pytest.mark.parametrize("way", ["ours", "theirs"])
+def test_cell_ids_repeated_in_every_cell_are_mended_quietly_and_cost_nothing(graded, way):
+    """nbformat gives each repeated cell id a fresh one as it reads the notebook, with a warning
+    for each, every time: grading, which reads a submission several times, keeps them out of the
+    log (one notebook of 78 cells gave over 300 lines) and the grade depends on no cell id."""
+    course = graded[way]
+    assert scores(course, REPEATED_IDS) == full(course)
+    graded_nb = json.loads(autograded_text(course, REPEATED_IDS))
+    ids = [cell["id"] for cell in graded_nb["cells"]]
+    assert len(set(ids)) == len(ids)  # mended
+    log = (graded["batch"] if way == "ours" else graded["plain"]).stderr
+    assert "Non-unique cell id" not in log and "DuplicateCellId" not in log, log[-2000:]
+    if way == "ours":
+        assert graded["results"][REPEATED_IDS]["problems"] == [], graded["results"][REPEATED_IDS]
 
 
 def test_a_label_the_gradebook_does_not_know_is_named_cut_short_and_as_text(graded):
