@@ -44,7 +44,8 @@ def format_problems(text: str, name: str) -> list[str]:
 
 
 def mend_cell_ids_quietly() -> None:
-    """Let nbformat mend repeated and missing cell ids in this process without a line for each.
+    """Let nbformat mend repeated and missing cell ids without a line for each (in this process,
+    or within a ``warnings.catch_warnings()`` block).
 
     Where two cells share an id, or one has none, nbformat gives it a fresh one as it reads or
     validates the notebook, and warns once for every cell it mends, each time. Grading reads and

@@ -225,6 +225,21 @@ print(sorted({{name.split(".")[0] for name in sys.modules}} & {{"nbgrader", "nbc
     assert report["passed"], report
 
 
+def test_cell_ids_repeated_in_every_cell_are_mended_quietly_as_grading_mends_them(tmp_path):
+    # graded in full both ways, and not a line in the log, in test_grade_hostile.py
+    nb = json.loads(nbformat.writes(student_notebook(LESSON, {})))
+    for cell in nb["cells"]:
+        cell["id"] = "same"
+    path = save(tmp_path, nbformat.v4.new_notebook(), "repeated")
+    path.write_text(json.dumps(nb))  # as text: nbformat would mend the ids as it writes
+    done = check(path, "--json", "--no-record")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, report
+    assert all(x["passed"] for x in report["exercises"] + report["questions"]), report
+    assert report["repaired"] == [], report["repaired"]
+    assert "Non-unique cell id" not in done.stderr and "DuplicateCellId" not in done.stderr
+
+
 def test_course_cells_changed_by_accident_are_checked_as_grading_checks_them(tmp_path):
     # the accidents of tests/hostile.py, each graded in full both ways in test_grade_hostile.py
     from hostile import ACCIDENTS
