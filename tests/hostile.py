@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -324,6 +325,17 @@ ACCIDENTS = {
                                   "cell answer_q1 was turned into a markdown cell"),
     "retyped-an-answer": (_answer_untagged, "cell test_softmax was missing"),
 }  # fmt: skip
+
+
+def one_cell_id(nb) -> str:
+    """Notebook ``nb`` as the text of a file whose cells all carry one cell id (Jupyter's, not a
+    grade id). As text: nbformat gives repeated ids fresh ones as it writes a notebook."""
+    import nbformat
+
+    raw = json.loads(nbformat.writes(nb))
+    for cell in raw["cells"]:
+        cell["id"] = "same"
+    return json.dumps(raw)
 
 
 def corpus(course: Path, repo: Path) -> dict[str, Attack]:

@@ -34,6 +34,7 @@ from hostile import (
     SECRET,
     UNGRADABLE_NAMES,
     corpus,
+    one_cell_id,
     where_shown,
 )
 from nbformat.v4 import new_code_cell, new_markdown_cell
@@ -76,10 +77,7 @@ def build(course: Path, attacks: dict, names: list[bytes] = UNGRADABLE_NAMES) ->
         nb = honest_notebook()
         change(nb)
         submit(course, LESSON, name, nb)
-    repeated = json.loads(nbformat.writes(honest_notebook()))
-    for cell in repeated["cells"]:
-        cell["id"] = "same"
-    submit(course, LESSON, REPEATED_IDS, json.dumps(repeated))  # as text: nbformat would mend it
+    submit(course, LESSON, REPEATED_IDS, one_cell_id(honest_notebook()))
     for name, attack in attacks.items():
         nb = student_notebook(LESSON, {})
         for grade_id, source in attack.cells.items():
