@@ -1,9 +1,11 @@
 """Whom a sandbox runs as: a user id that no other grader on the machine is using.
 
 When the grader runs as root, each template (and every sandbox it forks) runs as an unprivileged
-user id of its own, taken from a range that has no accounts. Two graders running at once — two
-batches, a batch and ``nbgrader autograde`` — must never share one, or one's learner code could
-signal the other's. A claim is an abstract Unix socket named after the id
+user id of its own, taken from a range that has no accounts; a template that the workers of a
+batch share runs as one, and each worker's sandboxes as the worker's own
+(:class:`autograder.template.Attached`). Two graders running at once — two batches, a batch and
+``nbgrader autograde``, two workers of one batch — must never share one, or one's learner code
+could signal the other's. A claim is an abstract Unix socket named after the id
 (``@attn-grade-uid-61003``): binding it succeeds for exactly one process on the machine, and the
 kernel releases it when that process exits, however it exits — no lock file is left behind.
 """

@@ -7,8 +7,12 @@ runs in its own sandbox forked from the template. The same isolation holds where
 runs; the worker only *computes* a result — nbgrader's gradebook is written by the batch alone,
 once per submission, whatever happens to the workers.
 
-* :class:`Pool` — local worker processes (spawned), which die with the batch
-  (``PR_SET_PDEATHSIG``), their templates and sandboxes with them.
+* :class:`Pool` — local worker processes, which die with the batch (``PR_SET_PDEATHSIG``), their
+  sandboxes with them. The batch starts one template per lesson for all of them
+  (``Template(shared=True)``) and forks the workers from its own process, which has imported
+  what they need; each worker spawns its sandboxes from that template as a user id of its own
+  (:class:`autograder.template.Attached`). Where forking is not safe (this process already runs
+  threads), the workers are spawned afresh and each starts a template of its own.
 * :class:`DaskPool` — the workers of a Dask ``distributed`` cluster (a scheduler address,
   ``local:N`` for a ``LocalCluster`` of N single-threaded workers, or ``gateway:NAME`` for a
   Dask Gateway cluster). A worker that dies mid-batch costs nothing: Dask runs its submissions
@@ -21,6 +25,7 @@ import concurrent.futures as cf
 import json
 import multiprocessing as mp
 import os
+import threading
 
 from .limits import Limits
 
@@ -40,20 +45,32 @@ class PoolError(Exception):
     status = 2
 
 
-def _init(lesson: str, isolation: str) -> None:
+def _init(lesson: str, isolation: str, shared: tuple = ()) -> None:
+    """A worker's start: ``shared`` are the batch's templates (verdicts', demonstrations' or
+    None) when the worker was forked from it, else () and the worker starts its own."""
     from attnlib import checks
 
     from .sandbox.confine import PR_SET_PDEATHSIG, prctl
-    from .template import shared_pair
+    from .template import Attached, shared_pair
 
     prctl(PR_SET_PDEATHSIG, 9)
     _WORKER.update(lesson=lesson, isolation=isolation)
     try:
-        template, _ = shared_pair(lesson, isolation, wait=False)  # warm while the batch starts
+        if shared:
+            pair = _WORKER["pair"] = tuple(t and Attached(t) for t in shared)
+        else:
+            pair = shared_pair(lesson, isolation, wait=False)  # warm while the batch starts
         checks.draw_ahead(lesson)  # the checks' searches, meanwhile
-        template.ready()
+        pair[0].ready()
     except Exception as error:  # noqa: BLE001 — reported with the first submission instead
         _WORKER["error"] = str(error)
+
+
+def _preload() -> None:
+    """What every worker imports, imported once in the process they are forked from."""
+    import attnlib.checks  # noqa: F401
+
+    from . import engine  # noqa: F401
 
 
 def _ping() -> int:
@@ -61,42 +78,56 @@ def _ping() -> int:
 
 
 def grade(
-    lesson: str, isolation: str, limits: Limits, nb_json: str, files: dict, student: str = ""
+    lesson: str,
+    isolation: str,
+    limits: Limits,
+    nb_json: str,
+    files: dict,
+    student: str = "",
+    pair: tuple | None = None,
 ) -> dict:
-    """Grade one notebook in this worker (a template per lesson, kept warm between calls)."""
+    """Grade one notebook in this worker (a template per lesson, kept warm between calls;
+    ``pair``: the templates to use instead, the verdicts' and the demonstrations')."""
     from . import engine
     from .template import shared_pair
 
     for name in THREAD_VARIABLES:  # the workers share the cores
         os.environ.setdefault(name, "1")
-    template, demos = shared_pair(lesson, isolation)
+    template, demos = pair or shared_pair(lesson, isolation)
     nb = json.loads(nb_json)
     return engine.grade(nb, template, limits, files, student, demos).as_dict()
 
 
 def _grade(limits: Limits, nb_json: str, files: dict[str, bytes], student: str) -> dict:
     worker = _WORKER
-    return grade(worker["lesson"], worker["isolation"], limits, nb_json, files, student)
+    return grade(worker["lesson"], worker["isolation"], limits, nb_json, files, student,
+                 worker.get("pair"))  # fmt: skip
 
 
 class Pool:
     """``workers`` local grading processes for one lesson (see the module doc).
 
     Each worker grades one submission at a time, so its BLAS and OpenMP libraries get one thread
-    (unless the environment already says otherwise): the workers share the cores. The workers
-    start warming their templates at once; the limits come with each submission, so a batch can
-    start its pool before it has read the course's configuration.
+    (unless the environment already says otherwise): the workers share the cores. Their template
+    starts warming at once; the limits come with each submission, so a batch can start its pool
+    before it has read the course's configuration.
     """
 
     def __init__(self, workers: int, lesson: str, isolation: str):
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, "1")
-        ctx = mp.get_context("spawn")
+        self.templates: tuple = ()
+        if threading.active_count() == 1:  # no other thread holds a lock a fork would copy
+            self.templates = _shared_templates(lesson, isolation)
+            _preload()
+            ctx = mp.get_context("fork")
+        else:
+            ctx = mp.get_context("spawn")
         self.executor = cf.ProcessPoolExecutor(
             max_workers=workers,
             mp_context=ctx,
             initializer=_init,
-            initargs=(lesson, isolation),
+            initargs=(lesson, isolation, self.templates),
         )
         for _ in range(workers):
             self.executor.submit(_ping)
@@ -108,6 +139,28 @@ class Pool:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)  # a second call does nothing
+        for template in self.templates:
+            if template is not None:
+                template.close()
+        self.templates = ()
+
+
+def _shared_templates(lesson: str, isolation: str) -> tuple:
+    """The templates the workers share: the verdicts' and, for a lesson whose demonstrations
+    need its own exercises (:func:`autograder.view.has_demos`), the demonstrations' (else None).
+    They warm in their own processes while the batch goes on."""
+    from . import view
+    from .template import Template
+
+    template = Template(lesson, isolation, wait=False, shared=True)
+    try:
+        demos = view.has_demos(lesson) and Template(
+            lesson, isolation, demos=True, wait=False, shared=True
+        )
+    except BaseException:
+        template.close()
+        raise
+    return template, demos or None
 
 
 def start(lesson: str, workers: int, isolation: str, dask: str | None = None) -> Pool | DaskPool:

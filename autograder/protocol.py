@@ -42,6 +42,10 @@ too (:data:`CALLBACKS`), and they all count against the call's deadline.
 Before any of this, the sandbox's processes say :data:`HELLO` (raw bytes, not a frame), which the
 kernel sends with ``SCM_CREDENTIALS``, so the trusted side learns their process ids
 (:mod:`autograder.template`); :data:`FAILED` and a reason instead mean the set-up failed.
+And before that, a grader asks the template for a sandbox with :func:`fork_request` on the
+template's control socket: a few raw bytes (the user id the sandbox is to run as, if any) and
+the sandbox's fresh socket, passed with ``SCM_RIGHTS``. One such message is one ``sendmsg``, so
+graders that share a template may ask at the same time.
 
 Values are trees of JSON objects: scalars and strings as themselves, tuples, lists, sets and dicts
 by kind, arrays as a dtype, a shape and the index of a raw buffer. Decoding builds only built-in
@@ -90,6 +94,8 @@ CALLBACKS = 20_000  # callbacks within one call
 CALLBACK_ELEMENTS = 2**18  # numbers in any one array a callback sends
 HELLO = b"hello"  # the sandbox's first bytes, sent with SCM_CREDENTIALS
 FAILED = b"fail:"  # sent instead when setting the sandbox up failed; the reason follows
+FORK = b"F"  # a fork request; a user id may follow (FORK_AS)
+FORK_AS = struct.Struct("!I")
 HASH_MODULUS = 2**61 - 1  # CPython's integer hashes repeat with this period
 _NUMERIC = "biufc"
 
@@ -111,6 +117,20 @@ class Timeout(ProtocolError):
 
 
 ONE_WRITE = 1 << 16  # bytes: a message this small is written at once
+
+
+def fork_request(uid: int | None = None) -> bytes:
+    """A request's bytes: fork a sandbox that runs as ``uid`` (None: as the template does)."""
+    return FORK if uid is None else FORK + FORK_AS.pack(uid)
+
+
+def fork_uid(request: bytes) -> int | None:
+    """The user id a fork request asks for (None: none); a request of another form is refused."""
+    if request == FORK:
+        return None
+    if len(request) == 1 + FORK_AS.size and request[:1] == FORK:
+        return FORK_AS.unpack(request[1:])[0]
+    raise ProtocolError(f"not a fork request: {request[:16]!r}")
 
 
 def send(sock: socket.socket, header: dict, buffers: list[bytes] = ()) -> None:

@@ -96,13 +96,20 @@ class Template:
         isolation: str = "namespaces",
         demos: bool = False,
         wait: bool = True,
+        shared: bool = False,
     ):
         """Start the template; with ``wait``, return once it is warm, else at once: it warms in
-        its own process meanwhile, and :meth:`ready` (or the first :meth:`spawn`) waits for it."""
+        its own process meanwhile, and :meth:`ready` (or the first :meth:`spawn`) waits for it.
+
+        A ``shared`` template serves the graders forked from this process as well
+        (:class:`Attached`; the local pool's workers), each with a user id of its own; its
+        "ready" is then left unread, for them to see too.
+        """
         if isolation not in ("namespaces", "none"):
             raise ValueError(f"isolation is 'namespaces' or 'none', not {isolation!r}")
         self.lesson, self.isolation = lesson, isolation
         self.demos = demos  # the demonstrations' edition (view.demo_files): no verdicts here
+        self.shared = shared
         self.claim: identity.Claim | None = None
         self.folder: str | None = None  # the edition's links, without a view
         self.process: subprocess.Popen | None = None
@@ -130,7 +137,9 @@ class Template:
             if os.geteuid() == 0:
                 self.claim = identity.claim()
             uid = self.claim.uid if self.claim else None
-            argv = view.command(self.lesson, theirs.fileno(), uid, demos=self.demos)
+            argv = view.command(
+                self.lesson, theirs.fileno(), uid, demos=self.demos, sets_uids=self.shared
+            )
             env = None
         else:
             self.folder = tempfile.mkdtemp(prefix="attn-grade-edition-")
@@ -159,9 +168,15 @@ class Template:
             return
         deadline, self._starting = self._starting, None
         try:
-            ready, _ = protocol.recv(self.control, deadline)
-            if ready.get("ev") != "ready":
-                raise protocol.ProtocolError("the template did not say it was ready")
+            if self.shared:  # the message stays for the graders attached to it to see
+                if not select_ready(self.control, deadline):
+                    raise protocol.Timeout("the template was not ready in time")
+                if not self.control.recv(1, socket.MSG_PEEK):
+                    raise protocol.Closed("the template closed its socket")
+            else:
+                ready, _ = protocol.recv(self.control, deadline)
+                if ready.get("ev") != "ready":
+                    raise protocol.ProtocolError("the template did not say it was ready")
         except protocol.ProtocolError as error:
             detail = self._stderr()
             self.close()
@@ -187,34 +202,8 @@ class Template:
         if not self.alive():
             self.close()
             self._start()
-        ours, theirs = socket.socketpair()
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        cgroup = None
-        try:
-            socket.send_fds(self.control, [b"F"], [theirs.fileno()])
-            theirs.close()
-            deadline = time.monotonic() + timeout
-            child = _hello(ours, deadline)
-            if self.isolated:
-                cgroup = Cgroup.create(
-                    f"attn-grade-{os.getpid()}-{next(_serial)}",
-                    limits.memory_mb * 2**20,
-                    limits.processes,
-                    limits.cpus,
-                )
-                if cgroup is not None:
-                    cgroup.add(child)
-            keep = view.under_tmp() if self.isolated else []
-            protocol.send(ours, {"op": "go", "limits": limits.for_sandbox(), "keep": keep,
-                                 "env": dict(env or {})})  # fmt: skip
-            executor = _hello(ours, deadline)
-        except (OSError, protocol.ProtocolError) as error:
-            with contextlib.suppress(OSError):
-                ours.close()
-            if cgroup is not None:
-                cgroup.remove()
-            raise SandboxError(f"a sandbox could not be started: {error}") from None
-        return Sandbox(ours, child, executor, cgroup)
+        uid = self.claim.uid if self.shared and self.claim else None
+        return _spawn(self.control, self.isolated, limits, time.monotonic() + timeout, env, uid)
 
     def close(self) -> None:
         self._starting = None  # a start not waited for is abandoned, not awaited later
@@ -242,6 +231,97 @@ class Template:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _spawn(
+    control: socket.socket,
+    isolated: bool,
+    limits: Limits,
+    deadline: float,
+    env: dict | None,
+    uid: int | None,
+) -> Sandbox:
+    """Ask the template behind ``control`` for a sandbox that runs as ``uid`` (None: as the
+    template); put it in its cgroup, give it its limits, and wait until it can take requests."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    cgroup = None
+    try:
+        socket.send_fds(control, [protocol.fork_request(uid)], [theirs.fileno()])
+        theirs.close()
+        child = _hello(ours, deadline)
+        if isolated:
+            cgroup = Cgroup.create(
+                f"attn-grade-{os.getpid()}-{next(_serial)}",
+                limits.memory_mb * 2**20,
+                limits.processes,
+                limits.cpus,
+            )
+            if cgroup is not None:
+                cgroup.add(child)
+        keep = view.under_tmp() if isolated else []
+        protocol.send(ours, {"op": "go", "limits": limits.for_sandbox(), "keep": keep,
+                             "env": dict(env or {})})  # fmt: skip
+        executor = _hello(ours, deadline)
+    except (OSError, protocol.ProtocolError) as error:
+        with contextlib.suppress(OSError):
+            ours.close()
+        with contextlib.suppress(OSError):
+            theirs.close()
+        if cgroup is not None:
+            cgroup.remove()
+        raise SandboxError(f"a sandbox could not be started: {error}") from None
+    return Sandbox(ours, child, executor, cgroup)
+
+
+class Attached:
+    """A grader's handle on a :class:`Template` started ``shared`` by the process it was forked
+    from (the batch, for the local pool's workers): one warm template for all of them instead of
+    one each. It spawns sandboxes as :meth:`Template.spawn` does, each as the user id this grader
+    claims for itself (as root), so sandboxes of two graders never share one. Should the shared
+    template fail it, the grader starts a template of its own and goes on with that.
+    """
+
+    def __init__(self, template: Template):
+        if not template.shared or template.control is None:
+            raise ValueError("only a shared template that is running can be attached to")
+        self.lesson, self.isolation, self.demos = (
+            template.lesson,
+            template.isolation,
+            template.demos,
+        )
+        self.isolated = template.isolated
+        self.control = template.control  # this process's copy of the owner's control socket
+        self.starting = template._starting or time.monotonic()  # when its start times out
+        self.claim = identity.claim() if template.claim is not None else None
+        self.own: Template | None = None  # this grader's own template, once the shared one failed
+
+    def ready(self) -> None:
+        """Wait until the shared template is warm: it then says so on the control socket, where
+        the message stays unread, so that every grader sees it (or until the start times out:
+        the first spawn then fails and this grader starts its own template)."""
+        if self.own is None:
+            select_ready(self.control, self.starting)
+
+    def spawn(self, limits: Limits, timeout: float = 30.0, env: dict | None = None) -> Sandbox:
+        if self.own is None:
+            self.ready()
+            uid = self.claim.uid if self.claim else None
+            deadline = time.monotonic() + timeout
+            try:
+                return _spawn(self.control, self.isolated, limits, deadline, env, uid)
+            except SandboxError:
+                self.own = Template(self.lesson, self.isolation, demos=self.demos)
+        return self.own.spawn(limits, timeout, env)
+
+    def close(self) -> None:
+        """Let go of the shared template (its owner stops it) and close this grader's own."""
+        if self.own is not None:
+            self.own.close()
+            self.own = None
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
 
 
 _shared: dict[tuple[str, str, bool, int], Template] = {}

@@ -289,8 +289,12 @@ def command(
     uid: int | None,
     tmp_mb: int = 256,
     demos: bool = False,
+    sets_uids: bool = False,
 ) -> list[str]:
-    """The bubblewrap command that starts the template for ``lesson`` in its view."""
+    """The bubblewrap command that starts the template for ``lesson`` in its view; as ``uid``
+    (when the grader runs as root) with no capability, or, with ``sets_uids``, with only
+    ``CAP_SETUID`` and ``CAP_SETGID``: a template several graders share starts each sandbox as
+    the user id its own grader claimed (:func:`autograder.sandbox.confine.become`)."""
     args = [
         bwrap() or "bwrap",
         "--die-with-parent",
@@ -335,15 +339,11 @@ def command(
         args += ["--setenv", key, value]
     args += ["--chdir", "/tmp", "--"]
     if uid is not None:
-        args += [
-            "setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-        ]
+        caps = "-all,+setuid,+setgid" if sets_uids else "-all"
+        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        args += [f"--inh-caps={caps}", f"--bounding-set={caps}", "--no-new-privs"]
+        if sets_uids:  # kept across the exec by a user other than root: ambient
+            args.append(f"--ambient-caps={caps}")
     return [*args, *template_argv(control_fd, isolate=True)]
 
 

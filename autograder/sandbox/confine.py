@@ -2,8 +2,9 @@
 
 Runs in the template's freshly forked child, before any learner code, in three processes:
 
-* the *child* (:func:`enter_namespaces`) unshares a new user, mount, network, IPC, UTS and PID
-  namespace — everything it starts lives in them, and only there;
+* the *child* becomes the user id its grader asked for, holding no capability (:func:`become`,
+  from a template several graders share), and unshares a new user, mount, network, IPC, UTS and
+  PID namespace (:func:`enter_namespaces`) — everything it starts lives in them, and only there;
 * the *init* (pid 1 of the new PID namespace, :func:`make_root`) mounts the submission's own
   ``/proc`` (which shows only its own processes), a size-capped ``/tmp`` and ``/dev/shm``, names
   the host ``sandbox`` and forbids further user namespaces; it then only reaps orphans, and when
@@ -76,6 +77,23 @@ def no_dumps() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # the child
+
+
+def become(uid: int) -> None:
+    """Run as ``uid`` (its own group too, no supplementary groups) and hold no capability.
+
+    A template that serves several graders at once runs as a user id of its own with only
+    ``CAP_SETUID`` and ``CAP_SETGID`` (:func:`autograder.view.command`); each child becomes the
+    user id its grader claimed. Between two ids other than root the kernel keeps capabilities, so
+    they are dropped here, before anything else happens in the child.
+    """
+    if (os.getuid(), os.geteuid()) != (uid, uid):
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    drop_capabilities()
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or capabilities():
+        raise ConfineError(0, f"could not become user {uid} without capabilities")
 
 
 def enter_namespaces() -> None:

@@ -5,13 +5,16 @@
 NumPy, matplotlib, IPython, PyTorch (unless the lesson never uses it: :data:`WITHOUT_TORCH`) and
 the lesson's edition of attnlib, builds the IPython shell, makes its memory unreadable to others,
 and then waits on its control socket (file descriptor ``FD``). It never receives a submission: the
-only request is "fork", which carries a fresh socket (``SCM_RIGHTS``) and nothing else. So every
-sandbox starts from a process that never held another student's data.
+only request is "fork", which carries a fresh socket (``SCM_RIGHTS``) and, from a template that
+several graders share, the user id the sandbox is to run as (:func:`autograder.protocol.
+fork_request`). So every sandbox starts from a process that never held another student's data.
 
-For each request the template forks a *child*, which closes the control socket and says hello on
-the fresh socket (the kernel attaches its process id, ``SCM_CREDENTIALS``), waits for ``go`` with
-the limits (the trusted side has meanwhile put it in its own cgroups), enters new namespaces
-(:mod:`.confine`) and forks the *init*, which forks the *executor*. The executor drops every
+For each request the template forks a *child*, which becomes the user id asked for (dropping the
+two capabilities a shared template keeps for that: :func:`.confine.become`), closes the control
+socket and says hello on the fresh socket (the kernel attaches its process id,
+``SCM_CREDENTIALS``), waits for ``go`` with the limits (the trusted side has meanwhile put it in
+its own cgroups), enters new namespaces (:mod:`.confine`) and forks the *init*, which forks the
+*executor*. The executor drops every
 capability, says hello again (so the trusted side knows whom to interrupt) and serves requests
 (:mod:`.executor`).
 """
@@ -145,7 +148,7 @@ def main(argv: list[str]) -> None:
         os.dup2(devnull, std)
     while True:
         try:
-            _, fds, _, _ = socket.recv_fds(control, 16, 1)
+            request, fds, _, _ = socket.recv_fds(control, 16, 1)
         except OSError:
             return
         if not fds:  # the trusted side closed the control socket: we are done
@@ -157,7 +160,7 @@ def main(argv: list[str]) -> None:
             try:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 control.close()
-                child(sock, isolate, shell, sink)
+                child(sock, isolate, shell, sink, protocol.fork_uid(request))
                 status = 0
             except BaseException as error:  # noqa: BLE001 — never return into the template
                 with contextlib.suppress(BaseException):
@@ -170,8 +173,11 @@ def main(argv: list[str]) -> None:
             os.close(fd)
 
 
-def child(sock: socket.socket, isolate: bool, shell, sink: Sink) -> None:
-    """The per-submission process chain: child → init → executor (see the module doc)."""
+def child(sock: socket.socket, isolate: bool, shell, sink: Sink, uid: int | None = None) -> None:
+    """The per-submission process chain: child → init → executor (see the module doc). ``uid``:
+    the user id the grader that asked claimed for its sandboxes (None: stay as the template)."""
+    if isolate and (uid is not None or confine.capabilities()):
+        confine.become(os.getuid() if uid is None else uid)  # a shared template's: below
     confine.die_with_parent()
     confine.isolate_fds(sock)
     sock.sendmsg([protocol.HELLO])
