@@ -120,6 +120,9 @@ class Pool:
         if threading.active_count() == 1:  # no other thread holds a lock a fork would copy
             self.templates = _shared_templates(lesson, isolation)
             _preload()
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(1)  # the BLAS loaded here keeps the threads it started with
             ctx = mp.get_context("fork")
         else:
             ctx = mp.get_context("spawn")
