@@ -60,17 +60,20 @@ def _init(lesson: str, isolation: str, shared: tuple = ()) -> None:
             pair = _WORKER["pair"] = tuple(t and Attached(t) for t in shared)
         else:
             pair = shared_pair(lesson, isolation, wait=False)  # warm while the batch starts
-        checks.draw_ahead(lesson)  # the checks' searches, meanwhile
+        checks.draw_ahead(lesson)  # the checks' searches, meanwhile (if not drawn before the fork)
         pair[0].ready()
     except Exception as error:  # noqa: BLE001 — reported with the first submission instead
         _WORKER["error"] = str(error)
 
 
-def _preload() -> None:
-    """What every worker imports, imported once in the process they are forked from."""
-    import attnlib.checks  # noqa: F401
+def _preload(lesson: str) -> None:
+    """What every worker imports and draws ahead (hypothesis among it), done once in the process
+    they are forked from: each finds it done."""
+    from attnlib import checks
 
     from . import engine  # noqa: F401
+
+    checks.draw_ahead(lesson)
 
 
 def _ping() -> int:
@@ -119,7 +122,7 @@ class Pool:
         self.templates: tuple = ()
         if threading.active_count() == 1:  # no other thread holds a lock a fork would copy
             self.templates = _shared_templates(lesson, isolation)
-            _preload()
+            _preload(lesson)
             from threadpoolctl import threadpool_limits
 
             threadpool_limits(1)  # the BLAS loaded here keeps the threads it started with

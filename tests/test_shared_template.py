@@ -103,6 +103,46 @@ print(json.dumps({"template": template, "claims": claims, "graders": graders,
 """
 
 
+# The batch's local pool, made as `attn-grade batch` makes it (in a process with no other thread).
+POOL = r"""
+import json, sys, time
+from autograder import pool
+
+def worker():
+    import os
+    from threadpoolctl import threadpool_info
+    from attnlib.checks import _core
+    from autograder.pool import _WORKER
+    time.sleep(1)  # so that the other worker takes the other call
+    return {"pid": os.getpid(), "templates": [type(t).__name__ for t in _WORKER["pair"] if t],
+            "blas_threads": sorted({i["num_threads"] for i in threadpool_info()}),
+            "drawn": _core.drawn.cache_info()._asdict()}
+
+p = pool.Pool(2, sys.argv[1], "namespaces")
+calls = [p.executor.submit(worker) for _ in range(2)]
+found = [call.result(timeout=300) for call in calls]
+print(json.dumps({"shared": [type(t).__name__ for t in p.templates if t], "workers": found}))
+p.close()
+"""
+
+
+def test_the_batchs_workers_are_forked_with_one_template_and_the_checks_drawn_once():
+    done = subprocess.run(
+        [sys.executable, "-c", POOL, LESSON], cwd=REPO, env=env(), capture_output=True,
+        text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["shared"] == ["Template"]  # lesson 02 has no demonstrations' template
+    workers = found["workers"]
+    assert len({w["pid"] for w in workers}) == 2
+    for worker in workers:
+        assert worker["templates"] == ["Attached"]
+        assert worker["blas_threads"] == [1]  # the workers share the cores
+        drawn = worker["drawn"]  # the searches' draws came with the fork: the worker's were hits
+        assert drawn["hits"] >= drawn["misses"] == drawn["currsize"] > 0, drawn
+
+
 def run_graders(kill: bool) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", GRADERS, LESSON, "kill" if kill else "keep", PROBE],
