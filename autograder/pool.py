@@ -22,6 +22,7 @@ once per submission, whatever happens to the workers.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -120,15 +121,19 @@ class Pool:
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, "1")
         self.templates: tuple = ()
+        ctx = mp.get_context("spawn")
         if threading.active_count() == 1:  # no other thread holds a lock a fork would copy
-            self.templates = _shared_templates(lesson, isolation)
-            _preload(lesson)
+            # A template that cannot be started here (no user id left to claim, say), or checks
+            # that cannot be drawn: each worker tries for itself, and says why with the first
+            # submission, as spawned workers do.
+            with contextlib.suppress(Exception):
+                self.templates = _shared_templates(lesson, isolation)
+            with contextlib.suppress(Exception):
+                _preload(lesson)
             from threadpoolctl import threadpool_limits
 
             threadpool_limits(1)  # the BLAS loaded here keeps the threads it started with
             ctx = mp.get_context("fork")
-        else:
-            ctx = mp.get_context("spawn")
         self.executor = cf.ProcessPoolExecutor(
             max_workers=workers,
             mp_context=ctx,

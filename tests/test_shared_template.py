@@ -108,13 +108,21 @@ POOL = r"""
 import json, sys, time
 from autograder import pool
 
+if sys.argv[2] == "fail":  # the batch cannot start the shared template (no user id left, say)
+    def refuse(lesson, isolation):
+        raise RuntimeError("no template here")
+    pool._shared_templates = refuse
+
+
 def worker():
     import os
     from threadpoolctl import threadpool_info
     from attnlib.checks import _core
     from autograder.pool import _WORKER
     time.sleep(1)  # so that the other worker takes the other call
-    return {"pid": os.getpid(), "templates": [type(t).__name__ for t in _WORKER["pair"] if t],
+    from autograder.template import _shared as own
+    pair = _WORKER.get("pair") or list(own.values())
+    return {"pid": os.getpid(), "templates": [type(t).__name__ for t in pair if t],
             "blas_threads": sorted({i["num_threads"] for i in threadpool_info()}),
             "drawn": _core.drawn.cache_info()._asdict()}
 
@@ -126,13 +134,17 @@ p.close()
 """
 
 
-def test_the_batchs_workers_are_forked_with_one_template_and_the_checks_drawn_once():
+def pool_workers(fail: bool = False) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", POOL, LESSON], cwd=REPO, env=env(), capture_output=True,
-        text=True, timeout=600, stdin=subprocess.DEVNULL,
+        [sys.executable, "-c", POOL, LESSON, "fail" if fail else "start"], cwd=REPO, env=env(),
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_batchs_workers_are_forked_with_one_template_and_the_checks_drawn_once():
+    found = pool_workers()
     assert found["shared"] == ["Template"]  # lesson 02 has no demonstrations' template
     workers = found["workers"]
     assert len({w["pid"] for w in workers}) == 2
@@ -197,3 +209,11 @@ def test_a_worker_whose_shared_template_is_gone_starts_its_own():
         assert grader["own"]  # the shared template failed it; it went on with its own
         for probed in probes(grader):
             assert all(value == 0 for value in probed["caps"].values()), probed
+
+
+def test_workers_start_their_own_templates_when_the_batch_cannot_start_one():
+    found = pool_workers(fail=True)
+    assert found["shared"] == []
+    for worker in found["workers"]:
+        assert worker["templates"] == ["Template"]  # its own, warm: it grades as before
+        assert worker["blas_threads"] == [1]
