@@ -285,12 +285,8 @@ class Attached:
     def __init__(self, template: Template):
         if not template.shared or template.control is None:
             raise ValueError("only a shared template that is running can be attached to")
-        self.lesson, self.isolation, self.demos = (
-            template.lesson,
-            template.isolation,
-            template.demos,
-        )
-        self.isolated = template.isolated
+        self.lesson, self.isolation = template.lesson, template.isolation
+        self.demos, self.isolated = template.demos, template.isolated
         self.control = template.control  # this process's copy of the owner's control socket
         self.starting = template._starting or time.monotonic()  # when its start times out
         self.claim = identity.claim() if template.claim is not None else None

@@ -75,7 +75,7 @@ for n in range(2):
         os.close(read)
         attached = Attached(owner)
         uid = attached.claim.uid if attached.claim else None
-        others = [u for u in claims] + ([uid + 1000] if uid else [])
+        others = claims + ([uid + 1000] if uid else [])  # the template's id, one nobody holds
         source = probe.replace("OTHERS", repr(others))
         seen = []
         for _ in range(2):

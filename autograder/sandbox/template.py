@@ -14,9 +14,8 @@ two capabilities a shared template keeps for that: :func:`.confine.become`), clo
 socket and says hello on the fresh socket (the kernel attaches its process id,
 ``SCM_CREDENTIALS``), waits for ``go`` with the limits (the trusted side has meanwhile put it in
 its own cgroups), enters new namespaces (:mod:`.confine`) and forks the *init*, which forks the
-*executor*. The executor drops every
-capability, says hello again (so the trusted side knows whom to interrupt) and serves requests
-(:mod:`.executor`).
+*executor*. The executor drops every capability, says hello again (so the trusted side knows whom
+to interrupt) and serves requests (:mod:`.executor`).
 """
 
 from __future__ import annotations
@@ -177,7 +176,8 @@ def child(sock: socket.socket, isolate: bool, shell, sink: Sink, uid: int | None
     """The per-submission process chain: child → init → executor (see the module doc). ``uid``:
     the user id the grader that asked claimed for its sandboxes (None: stay as the template)."""
     if isolate and (uid is not None or confine.capabilities()):
-        confine.become(os.getuid() if uid is None else uid)  # a shared template's: below
+        # a shared template holds CAP_SETUID and CAP_SETGID: no child keeps them past this line
+        confine.become(os.getuid() if uid is None else uid)
     confine.die_with_parent()
     confine.isolate_fds(sock)
     sock.sendmsg([protocol.HELLO])
