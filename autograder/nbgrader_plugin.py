@@ -27,7 +27,8 @@ text in formgrader and the feedback page (:mod:`autograder.prose`).
 And :class:`CheckCellMetadata` is nbgrader's check of the cells' metadata against the same
 schema, with the schema's validator built once: nbgrader's builds it and checks the schema itself
 again for every cell of every notebook, twice per submission. :class:`SaveAutoGrades` is
-nbgrader's, writing a notebook's scores in one transaction instead of one per cell.
+nbgrader's, reading a notebook's grades and comments in two queries instead of one per cell,
+and writing its scores in one transaction instead of one per cell.
 
 So plain ``nbgrader autograde`` and ``attn-grade batch`` grade with the same engine and give the
 same scores; ``attn-grade batch`` only adds parallel workers (:func:`supply` hands their results
@@ -534,13 +535,16 @@ def apply(nb, result: dict) -> None:
 
 
 class SaveAutoGrades(NbgraderSaveAutoGrades):
-    """nbgrader's ``SaveAutoGrades``, with a notebook's scores and comments written in one
-    transaction.
+    """nbgrader's ``SaveAutoGrades``, with a notebook's grades and comments read at once and its
+    scores written in one transaction.
 
-    nbgrader's commits after every graded cell and every answer cell (22 for a lesson-02
-    notebook, each a wait on the disk by the gradebook's one writer) are flushes here, and the
-    notebook is committed once, after its last cell. The gradebook ends the same; a grader
-    stopped half-way through a notebook leaves none of its new scores rather than some.
+    nbgrader's finds every graded cell's grade and every answer cell's comment with a query of its
+    own, joining six tables, and commits after each (22 of each for a lesson-02 notebook; every
+    commit a wait on the disk by the gradebook's one writer). Here the notebook's grades and
+    comments are read in two queries before its first cell (:func:`_rows_by_cell`), and its
+    changes are written together when it is committed, once, after its last cell. The gradebook
+    ends the same; a grader stopped half-way through a notebook leaves none of its new scores
+    rather than some.
     """
 
     def preprocess(self, nb, resources):
@@ -549,14 +553,50 @@ class SaveAutoGrades(NbgraderSaveAutoGrades):
         self.student_id, self.db_url = info["student"], info["db_url"]
         self.gradebook = Gradebook(self.db_url)
         with self.gradebook:  # closing it rolls back what was not committed
-            session = self.gradebook.db
-            session.commit = session.flush  # what nbgrader's _add_score and _add_comment call
+            session, gradebook = self.gradebook.db, self.gradebook
+            grades, comments = _rows_by_cell(gradebook, self.notebook_id, self.assignment_id,
+                                             self.student_id)  # fmt: skip
+            # what nbgrader's _add_score, _add_comment call
+            gradebook.find_grade = functools.partial(_found, grades, gradebook.find_grade)
+            gradebook.find_comment = functools.partial(_found, comments, gradebook.find_comment)
+            session.commit = _later  # nbgrader's commit after each cell
             try:
                 nb, resources = NbGraderPreprocessor.preprocess(self, nb, resources)
             finally:
                 del session.commit
             session.commit()
         return nb, resources
+
+
+def _later() -> None:
+    """Nothing now: the session writes the changes when it is committed (or before a query)."""
+
+
+def _rows_by_cell(gradebook, notebook: str, assignment: str, student: str) -> tuple[dict, dict]:
+    """The grades and the comments of a student's submitted notebook, each by its cell's name.
+
+    As nbgrader's ``find_grade`` looks for a grade cell of the name before a task cell, and
+    ``find_comment`` for an answer cell before a task cell, a task cell's row is taken only where
+    no other has the name."""
+    from nbgrader.api import BaseCell, Comment, Grade
+
+    submitted = gradebook.find_submission_notebook(notebook, assignment, student)
+    found = []
+    for row, first in ((Grade, "GradeCell"), (Comment, "SolutionCell")):
+        pairs = (
+            gradebook.db.query(BaseCell.name, BaseCell.type, row)
+            .join(BaseCell, BaseCell.id == row.cell_id)
+            .filter(row.notebook_id == submitted.id)
+        )
+        ordered = sorted(pairs, key=lambda pair: pair[1] == first)  # the preferred ones last
+        found.append({(name, notebook, assignment, student): entry for name, _, entry in ordered})
+    return found[0], found[1]
+
+
+def _found(rows: dict, find: Callable, *key: str):
+    """The row read ahead for ``key`` (cell, notebook, assignment, student), else ``find(*key)``:
+    nbgrader's query, which raises ``MissingEntry`` for a cell that has none."""
+    return rows[key] if key in rows else find(*key)
 
 
 class ShowProse(NbGraderPreprocessor):

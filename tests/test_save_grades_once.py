@@ -1,10 +1,11 @@
 """The course's ``SaveAutoGrades`` writes what nbgrader's writes, in one transaction a notebook.
 
-nbgrader's own commits after every graded cell and every answer cell, each a wait on the disk
-by the gradebook's one writer. The course's subclass (:mod:`autograder.nbgrader_plugin`) must
-leave the gradebook exactly as nbgrader's does — the same scores, the same "needs manual grade"
-flags, the same comments — with one commit for the notebook, and a notebook whose saving fails
-half-way must leave none of its new scores behind (nbgrader's leaves the cells before the
+nbgrader's own finds each cell's grade or comment with a query of its own, and commits after
+every graded cell and every answer cell, each a wait on the disk by the gradebook's one writer.
+The course's subclass (:mod:`autograder.nbgrader_plugin`) must leave the gradebook exactly as
+nbgrader's does — the same scores, the same "needs manual grade" flags, the same comments — with
+one commit for the notebook and a few queries whatever its cells, and a notebook whose saving
+fails half-way must leave none of its new scores behind (nbgrader's leaves the cells before the
 failure)."""
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import nbformat
 import pytest
 from course import BIN, make_course
 from nbgrader import utils
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import SaveAutoGrades as NbgraderSaveAutoGrades
 from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from test_grade_students import STUDENTS, student_notebook, submit
 
@@ -72,19 +74,35 @@ def contents(url: str) -> dict:
     return found
 
 
-def commits(action) -> int:
-    """The transactions committed while ``action()`` runs."""
+def heard(target, name: str, action, keep=lambda *args: True) -> int:
+    """How often SQLAlchemy's event ``name`` fired on ``target`` (and ``keep`` of its arguments
+    held) while ``action()`` ran."""
     seen = []
 
-    def committed(session) -> None:
-        seen.append(session)
+    def listen(*args) -> None:
+        if keep(*args):
+            seen.append(args)
 
-    event.listen(Session, "after_commit", committed)
+    event.listen(target, name, listen)
     try:
         action()
     finally:
-        event.remove(Session, "after_commit", committed)
+        event.remove(target, name, listen)
     return len(seen)
+
+
+def commits(action) -> int:
+    """The transactions committed while ``action()`` runs."""
+    return heard(Session, "after_commit", action)
+
+
+def selects(action) -> int:
+    """The SELECT statements run while ``action()`` runs."""
+
+    def select(conn, cursor, statement, *_) -> bool:
+        return statement.lstrip().startswith("SELECT")
+
+    return heard(Engine, "before_cursor_execute", action, select)
 
 
 def save(course: Path, url: str, step: type) -> int:
@@ -134,3 +152,33 @@ def test_a_notebook_whose_saving_fails_half_way_keeps_none_of_its_new_scores(cou
         save(course, theirs_url, NbgraderSaveAutoGrades)
     kept = {k for k, v in contents(theirs_url).items() if v != blank[k]}
     assert kept, "nbgrader's own keeps the cells saved before the failure"
+
+
+def test_the_notebooks_grades_and_comments_are_read_in_a_few_queries(course):
+    ours_url, theirs_url = gradebook_copy(course, "q-ours.db"), gradebook_copy(course, "q.db")
+    cells = len(contents(ours_url))
+    ours = selects(lambda: save(course, ours_url, nbgrader_plugin.SaveAutoGrades))
+    theirs = selects(lambda: save(course, theirs_url, NbgraderSaveAutoGrades))
+    assert contents(ours_url) == contents(theirs_url)
+    opening = selects(lambda: Gradebook(ours_url).close())  # nbgrader's check of the tables
+    assert ours - opening <= 4, f"{ours - opening} queries for {cells} grades and comments"
+    assert theirs - opening >= cells, "nbgrader's finds every grade and comment on its own"
+
+
+def test_a_cell_with_no_grade_in_the_gradebook_fails_as_nbgraders_fails(course):
+    ours_url, theirs_url = gradebook_copy(course, "m-ours.db"), gradebook_copy(course, "m.db")
+    for url in (ours_url, theirs_url):
+        with Gradebook(url) as gb:
+            notebook = gb.find_submission_notebook(LESSON, LESSON, STUDENT)
+            gone = max(notebook.grades, key=lambda grade: grade.name)
+            gb.db.delete(gone)
+            gb.db.commit()
+    failures = []
+    for url, step in (
+        (ours_url, nbgrader_plugin.SaveAutoGrades),
+        (theirs_url, NbgraderSaveAutoGrades),
+    ):
+        with pytest.raises(MissingEntry) as failed:
+            save(course, url, step)
+        failures.append(str(failed.value))
+    assert failures[0] == failures[1]
