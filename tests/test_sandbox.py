@@ -204,6 +204,34 @@ def test_a_sandbox_starts_as_a_fresh_kernel(template):
     assert printed(state.outputs) == "None 4 0\n"
 
 
+def test_a_failing_cells_traceback_does_not_look_through_every_module(template):
+    """IPython asks ``inspect`` for the module of each frame of a traceback, several times; for a
+    cell's frame there is none, found only after looking through every module imported (over a
+    thousand with PyTorch). The sandbox tells ``inspect`` so first: the traceback is IPython's,
+    cell, line and all, and formatting it looks at a few objects, not at every module."""
+    outputs = run(
+        template,
+        "def broken(x):\n    raise NotImplementedError('not yet')",
+        "import inspect, sys\n"
+        "looked, plain = [0], inspect.ismodule\n"
+        "def counted(thing):\n"
+        "    looked[0] += 1\n"
+        "    return plain(thing)\n"
+        "inspect.ismodule = counted",
+        "broken(1)",
+        "import json\ninspect.ismodule = plain\n"
+        "print(json.dumps({'looked': looked[0], 'modules': len(sys.modules)}))",
+    )
+    [error] = [o for o in outputs[2] if o["output_type"] == "error"]
+    shown = "\n".join(error["traceback"])
+    assert error["ename"] == "NotImplementedError" and error["evalue"] == "not yet"
+    assert "Cell In[3], line 1" in shown and "----> 1 broken(1)" in shown, shown
+    assert "Cell In[1], line 2, in broken(x)" in shown, shown
+    counts = json.loads(printed(outputs[3]))
+    assert counts["modules"] > 1000  # PyTorch is loaded: a search would be long
+    assert counts["looked"] < 50, counts
+
+
 def test_the_environment_is_an_allow_list(template):
     env = value(template, "import json, os\nprint(json.dumps(dict(os.environ)))")
     assert SECRET not in json.dumps(env)

@@ -122,14 +122,11 @@ def _optimise_once() -> None:
 
 
 def _format_a_traceback(shell) -> None:
-    """Format one traceback as a failing cell's is formatted, so every sandbox starts with the
-    map from files to modules built (the first traceback in a process scans every module)."""
-
-    def fail() -> None:
-        raise ValueError("warming up")
-
+    """Format one traceback as a failing cell's is formatted, from code that, like a cell's, is
+    no module's file: every sandbox starts with ``inspect``'s map from files to modules built
+    (the first such traceback in a process looks through every module imported to build it)."""
     try:
-        fail()
+        exec(compile("raise ValueError('warming up')", "<warm-up>", "exec"), {})
     except ValueError as error:
         shell.InteractiveTB.structured_traceback(type(error), error, error.__traceback__)
     shell.InteractiveTB.tb = None  # no traceback of the template's own is left to debug
