@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.grading [--students 30] [--lesson 02-softmax-masking]
                                            [--workers N] [--spawns 20] [--out DIR] [--keep DIR]
-                                           [--scaling 1 2 4]
+                                           [--scaling 1 2 4] [--rounds 1]
 
 Builds a scratch nbgrader course from this repository (``nbgrader generate_assignment``) and
 submits ``--students`` notebooks made from the lesson's source notebook — honest ones and classic
@@ -22,9 +22,13 @@ the course, as an instructor would run them (wall clock of the whole command, a 
 Then the feedback pages of the class the batch graded, on two copies of it: ``nbgrader
 generate_feedback`` against ``attn-grade feedback --workers N`` (the same files, byte for byte).
 
-It checks that every way gives every student the same score, and measures the sandbox alone:
-``--spawns`` times, a fresh sandbox is started, runs one cell and is torn down, with namespaces
-and without. Results go to ``DIR/grading.md`` and ``DIR/grading.json`` (default
+With ``--rounds N`` the class is graded every way N times, the ways in turn (the opposite order
+every other round), and each way's median is reported, with its range and the speed-up of each
+round: one run's ratio moves with the machine's speed from minute to minute.
+
+It checks that every way gives every student the same score (in every round), and measures the
+sandbox alone: ``--spawns`` times, a fresh sandbox is started, runs one cell and is torn down,
+with namespaces and without. Results go to ``DIR/grading.md`` and ``DIR/grading.json`` (default
 ``benchmarks/results/``); ``benchmarks/grading.md`` explains them.
 """
 
@@ -117,10 +121,12 @@ def spawn_seconds(lesson: str, isolation: str, spawns: int) -> list[float]:
 
 
 def grade_all_ways(
-    base: Path, lesson: str, students: int, workers: int, scaling: list[int] = ()
+    base: Path, lesson: str, students: int, workers: int, scaling: list[int] = (), rounds: int = 1
 ) -> dict:
-    """Build the course, grade a copy of it every way; the times and the scores. ``scaling``:
-    Dask ``LocalCluster`` sizes to grade it on as well (``attn-grade batch --dask local:N``)."""
+    """Build the course, grade a copy of it every way, ``rounds`` times (the ways in turn, in
+    the opposite order every other round, so a drift of the machine's speed falls on all of
+    them); each way's seconds in every round, and the scores. ``scaling``: Dask
+    ``LocalCluster`` sizes to grade it on as well (``attn-grade batch --dask local:N``)."""
     ways = {
         "nbgrader, stock pipeline": None,
         "nbgrader, course pipeline": None,
@@ -132,33 +138,47 @@ def grade_all_ways(
     first = base / "course"
     first.mkdir()
     names = make_course(first, lesson, students)
-    found = {}
-    for n, (way, options) in enumerate(ways.items()):
-        course = base / f"way{n}"
-        shutil.copytree(first, course)
-        if way == "nbgrader, stock pipeline":
-            (course / "nbgrader_config.py").write_text(STOCK_CONFIG)
-        if options is None:
-            args = [str(BIN / "nbgrader"), "autograde", lesson]
-        else:
-            args = [str(BIN / "attn-grade"), "batch", lesson, "--course", str(course),
-                    "--no-progress", "--json", *options]  # fmt: skip
-        seconds, done = _run(args, course)
-        if done.returncode not in (0, 1):
-            print(done.stdout[-2000:], done.stderr[-3000:], file=sys.stderr)
-        found[way] = {"seconds": seconds, "scores": scores(course, lesson)}
-    batch = base / f"way{list(ways).index('attn-grade batch')}"
+    found = {way: {"seconds": [], "scores": []} for way in ways}
+    for round_ in range(rounds):
+        order = list(ways) if round_ % 2 == 0 else list(reversed(ways))
+        for way in order:
+            course = base / f"way{list(ways).index(way)}-{round_}"
+            shutil.copytree(first, course)
+            seconds, graded = grade_one_way(course, lesson, ways[way], way)
+            found[way]["seconds"].append(seconds)
+            found[way]["scores"].append(graded)
+    batch = base / f"way{list(ways).index('attn-grade batch')}-{rounds - 1}"
     feedback = feedback_both_ways(base, batch, lesson, workers)
-    baseline = found["nbgrader, stock pipeline"]["scores"]
+    baseline = found["nbgrader, stock pipeline"]["scores"][0]
     differ = sorted(
         {
             name
             for way in found.values()
+            for graded in way["scores"]
             for name in names
-            if way["scores"].get(name) != baseline.get(name)
+            if graded.get(name) != baseline.get(name)
         }
     )
     return {"names": names, "ways": found, "differ": differ, "feedback": feedback}
+
+
+def grade_one_way(
+    course: Path, lesson: str, options: list[str] | None, way: str
+) -> tuple[float, dict[str, float]]:
+    """Grade ``course`` one way (``options`` of ``attn-grade batch``, or None: ``nbgrader
+    autograde``, with nbgrader's own configuration for the stock pipeline); the seconds it took
+    and the scores."""
+    if way == "nbgrader, stock pipeline":
+        (course / "nbgrader_config.py").write_text(STOCK_CONFIG)
+    if options is None:
+        args = [str(BIN / "nbgrader"), "autograde", lesson]
+    else:
+        args = [str(BIN / "attn-grade"), "batch", lesson, "--course", str(course),
+                "--no-progress", "--json", *options]  # fmt: skip
+    seconds, done = _run(args, course)
+    if done.returncode not in (0, 1):
+        print(done.stdout[-2000:], done.stderr[-3000:], file=sys.stderr)
+    return seconds, scores(course, lesson)
 
 
 def feedback_both_ways(base: Path, graded: Path, lesson: str, workers: int) -> dict:
@@ -193,8 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spawns", type=int, default=20)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--keep", type=Path, help="build the courses here and keep them")
-    parser.add_argument("--scaling", type=int, nargs="*", default=[1, 2, 4],
-                        help="Dask LocalCluster sizes to grade on too (none: skip)")  # fmt: skip
+    parser.add_argument(
+        "--scaling",
+        type=int,
+        nargs="*",
+        default=[1, 2, 4],
+        help="Dask LocalCluster sizes to grade on too (none: skip)",
+    )
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="grade the class every way N times; medians")  # fmt: skip
     args = parser.parse_args(argv)
 
     from autograder import view
@@ -208,25 +235,35 @@ def main(argv: list[str] | None = None) -> int:
         spawn = {
             mode: spawn_seconds(args.lesson, mode, args.spawns) for mode in ("namespaces", "none")
         }
-        graded = grade_all_ways(base, args.lesson, args.students, args.workers, args.scaling)
+        graded = grade_all_ways(
+            base, args.lesson, args.students, args.workers, args.scaling, max(1, args.rounds)
+        )
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     n = args.students
     ways = graded["ways"]
-    stock = ways["nbgrader, stock pipeline"]["seconds"]
-    ours = ways["attn-grade batch"]["seconds"]
-    bare = ways["attn-grade batch --no-isolation"]["seconds"]
+    median = {way: statistics.median(v["seconds"]) for way, v in ways.items()}
+    stock, ours = median["nbgrader, stock pipeline"], median["attn-grade batch"]
+    bare = median["attn-grade batch --no-isolation"]
+    each_round = zip(
+        ways["nbgrader, stock pipeline"]["seconds"],
+        ways["attn-grade batch"]["seconds"],
+        strict=True,
+    )
     result = {
         "lesson": args.lesson,
         "students": n,
         "workers": args.workers,
+        "rounds": max(1, args.rounds),
         "machine": {
             **run_context(),
             "as_root": os.geteuid() == 0,
         },
-        "seconds": {way: round(v["seconds"], 2) for way, v in ways.items()},
+        "seconds": {way: round(v, 2) for way, v in median.items()},
+        "seconds_each_round": {way: [round(s, 2) for s in v["seconds"]] for way, v in ways.items()},
         "speedup_vs_stock": round(stock / ours, 2),
+        "speedup_each_round": [round(a / b, 2) for a, b in each_round],
         "isolation_per_student_s": round((ours - bare) / n, 3),
         "sandbox_spawn_s": {
             mode: {"median": round(statistics.median(v), 4), "max": round(max(v), 4)}
@@ -256,19 +293,27 @@ def report_markdown(r: dict, argv: list[str]) -> str:
         "|---|---|---|---|",
     ]
     stock = r["seconds"]["nbgrader, stock pipeline"]
+    rounds = r.get("rounds", 1)
     for way, seconds in r["seconds"].items():
         dask = "--dask" in way
         label = (
             way if not way.startswith("attn-grade") or dask else f"{way} (--workers {r['workers']})"
         )
+        each = r.get("seconds_each_round", {}).get(way, [])
+        spread = f" ({min(each):.1f}–{max(each):.1f})" if rounds > 1 else ""
         lines.append(
-            f"| {label} | {seconds:.1f} s | {seconds / n:.2f} s | {stock / seconds:.1f}× |"
+            f"| {label} | {seconds:.1f} s{spread} | {seconds / n:.2f} s | {stock / seconds:.1f}× |"
         )
+    if rounds > 1:
+        lines[4] = lines[4].replace("wall clock", f"wall clock (median of {rounds} rounds)")
+    lines.append("")
+    if rounds > 1:
+        ratios = ", ".join(f"{x:.1f}×" for x in r["speedup_each_round"])
+        lines.append(f"- `attn-grade batch` over stock nbgrader, round by round: {ratios}")
     spawn = r["sandbox_spawn_s"]
     ns, none = spawn["namespaces"], spawn["none"]
     same = "yes" if r["same_scores"] else "NO: " + ", ".join(r["differ"])
     lines += [
-        "",
         f"- isolation in the batch: **{r['isolation_per_student_s']:+.3f} s per submission** "
         "(isolated minus `--no-isolation`, same workers)",
         f"- one sandbox started, one cell run, torn down: median {ns['median']:.3f} s with "
