@@ -573,7 +573,8 @@ def _later() -> None:
 
 
 def _rows_by_cell(gradebook, notebook: str, assignment: str, student: str) -> tuple[dict, dict]:
-    """The grades and the comments of a student's submitted notebook, each by its cell's name.
+    """The grades and the comments of a student's submitted notebook, each under what nbgrader's
+    ``find_grade`` and ``find_comment`` are asked for it: (cell, notebook, assignment, student).
 
     As nbgrader's ``find_grade`` looks for a grade cell of the name before a task cell, and
     ``find_comment`` for an answer cell before a task cell, a task cell's row is taken only where
