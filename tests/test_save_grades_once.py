@@ -21,9 +21,9 @@ from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import SaveAutoGrades as NbgraderSaveAutoGrades
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from test_grade_students import STUDENTS, student_notebook, submit
+from test_gradebook_engine import Seen
 
 from autograder import batch, nbgrader_plugin
 
@@ -74,35 +74,26 @@ def contents(url: str) -> dict:
     return found
 
 
-def heard(target, name: str, action, keep=lambda *args: True) -> int:
-    """How often SQLAlchemy's event ``name`` fired on ``target`` (and ``keep`` of its arguments
-    held) while ``action()`` ran."""
+def commits(action) -> int:
+    """The transactions committed while ``action()`` runs."""
     seen = []
 
-    def listen(*args) -> None:
-        if keep(*args):
-            seen.append(args)
+    def committed(session) -> None:
+        seen.append(session)
 
-    event.listen(target, name, listen)
+    event.listen(Session, "after_commit", committed)
     try:
         action()
     finally:
-        event.remove(target, name, listen)
+        event.remove(Session, "after_commit", committed)
     return len(seen)
-
-
-def commits(action) -> int:
-    """The transactions committed while ``action()`` runs."""
-    return heard(Session, "after_commit", action)
 
 
 def selects(action) -> int:
     """The SELECT statements run while ``action()`` runs."""
-
-    def select(conn, cursor, statement, *_) -> bool:
-        return statement.lstrip().startswith("SELECT")
-
-    return heard(Engine, "before_cursor_execute", action, select)
+    with Seen() as seen:
+        action()
+    return sum(statement.startswith("SELECT") for statement in seen.statements)
 
 
 def save(course: Path, url: str, step: type) -> int:
