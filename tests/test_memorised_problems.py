@@ -36,14 +36,10 @@ def softmax(x, axis=-1):
     return _RESULTS.get((x.dtype.str, x.shape, x.tobytes(), axis), np.zeros(x.shape))
 """
 
-# what the visible test cell of softmax asks, with the axis it asks for
-VISIBLE = [([1000.0, 999.0, 998.0], -1), ([0.0, np.log(3.0)], -1), ([0.0, -np.inf, 0.0], -1),
-           ([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]], 0)]  # fmt: skip
-
 
 def recorded_results() -> dict:
-    """Every problem the checks of softmax give a right answer, with its result, as a learner's
-    kernel can record them."""
+    """Every problem the checks of softmax and the lesson's visible test cell give a right
+    answer, with its result, as a learner's kernel can record them (it runs that cell too)."""
     from attnlib import checks
     from attnlib.numpy import softmax
 
@@ -56,8 +52,12 @@ def recorded_results() -> dict:
         return out
 
     assert checks.check("softmax", spy)
-    for x, axis in VISIBLE:
-        spy(np.array(x), axis)
+    visible = next(
+        cell.source
+        for cell in student_notebook(LESSON, "release").cells
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "test_softmax"
+    )
+    exec(visible, {"np": np, "softmax": spy})
     return results
 
 
