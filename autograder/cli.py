@@ -307,15 +307,16 @@ def _report(args) -> int:
     if not reports:
         print("attn-grade report: no lesson has submissions yet", file=sys.stderr)
         return 2
+    written = []
     if args.html:
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(report.html_page(course_id, reports), encoding="utf-8")
+        written.append(args.html)
     if args.csv:
-        report.write_csv(reports, args.csv)
-    if args.json:
-        print(report.as_json(course_id, reports))
-    elif not (args.html or args.csv):
-        print(report.text_summary(reports))
+        written += report.write_csv(reports, args.csv)
+    print(report.as_json(course_id, reports) if args.json else report.text_summary(reports))
+    for path in written:  # apart from the report itself, which --json keeps parseable
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

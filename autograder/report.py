@@ -593,7 +593,7 @@ def text_summary(reports: list[LessonReport]) -> str:
                  "top mistake now")]  # fmt: skip
         for e in report.exercises:
             top = [m for m in named(report, e.exercise) if m.students_now]
-            note = f"{top[0].mistake[:60]} ({top[0].students_now})" if top else ""
+            note = f"{_label(top[0].mistake, 60)} ({top[0].students_now})" if top else ""
             rows.append((e.exercise, f"{e.max_score:g}", str(e.full), str(e.partial),
                          str(e.zero), str(e.not_attempted), note))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
@@ -830,6 +830,29 @@ def html_students(report: LessonReport) -> str:
     return _table(header, rows, "students")
 
 
+def html_to_talk_to(report: LessonReport) -> str:
+    """The students a conversation helps more than another attempt: the stuck, and those whose
+    current submission had course cells set back (they are best told to use a fresh copy of the
+    lesson). A short table however large the class, above the table of every student."""
+    rows = []
+    for s in report.students:
+        if not (s.stuck or s.set_back):
+            continue
+        stuck = "<br>".join(f"<code>{esc(x)}</code>" for x in s.stuck_on)
+        set_back = "<br>".join(esc(x) for x in s.set_back)
+        rows.append(
+            f'<tr data-student="{esc(s.student)}"><td>{esc(s.student)}</td>'
+            f'<td class="num score">{_num(s.score)}</td><td class="num">{s.attempts}</td>'
+            f'<td class="stuck-on">{stuck}</td><td class="set-back">{set_back}</td></tr>'
+        )
+    if not rows:
+        return "<p>Nobody is stuck, and no current submission had course cells set back.</p>"
+    most = summary(report)["max_score"]
+    stuck = f"stuck on (the same mistake {report.stuck_after}×)"
+    header = ["student", f"score (of {most:g})", "attempts", stuck, "course cells set back"]
+    return _table(header, rows, "talk") + html_stuck_attempts(report)
+
+
 def html_stuck_attempts(report: LessonReport) -> str:
     """Each stuck student's submissions in turn, with the named mistakes of each: what they
     tried, for whoever helps them."""
@@ -848,7 +871,7 @@ def html_stuck_attempts(report: LessonReport) -> str:
     if not rows:
         return ""
     header = ["student", "notebook", "attempt", "graded", "named mistakes"]
-    return "<h3>Stuck students, attempt by attempt</h3>" + _table(header, rows, "attempts")
+    return "<h4>Stuck students, attempt by attempt</h4>" + _table(header, rows, "attempts")
 
 
 def html_exercise(report: LessonReport, e: ExerciseStats) -> str:
@@ -892,20 +915,58 @@ def html_plot(url: str | None, alt: str) -> str:
     return f'<p><img class="plot" src="{url}" alt="{esc(alt)}"></p>' if url else ""
 
 
+PARTS = (  # a lesson's parts on the page, in order: (anchor suffix, heading)
+    ("mistakes", "Named mistakes"),
+    ("talk", "Students to talk to"),
+    ("exercises", "Exercises"),
+    ("students", "All students"),
+)
+
+
+def anchor(lesson: str, part: str = "") -> str:
+    """The id of a lesson's section on the page, or of one of its parts (:data:`PARTS`)."""
+    return f"{lesson}-{part}" if part else lesson
+
+
 def html_lesson(report: LessonReport) -> str:
+    """A lesson's section: what holds the class back and who needs help first, every student's
+    row last (in a class of hundreds, that table is most of the page)."""
+    lesson = report.lesson
     exercises = "".join(html_exercise(report, e) for e in report.exercises)
+    parts = {
+        "mistakes": html_plot(plot_mistakes(report), f"{lesson}: named mistakes")
+        + html_mistakes(report),
+        "talk": html_to_talk_to(report),
+        "exercises": f'<div class="exercises">{exercises}</div>',
+        "students": html_students(report),
+    }
+    links = " · ".join(f'<a href="#{esc(anchor(lesson, p))}">{esc(h)}</a>' for p, h in PARTS)
     return (
-        f'<section class="lesson" id="{esc(report.lesson)}">'
-        f"<h2>{esc(report.lesson)}</h2>{html_summary(report)}"
-        + html_plot(plot_exercises(report), f"{report.lesson}: points per exercise")
-        + html_plot(plot_totals(report), f"{report.lesson}: total scores")
-        + f"<h3>Students</h3>{html_students(report)}{html_stuck_attempts(report)}"
-        + f'<h3>Exercises</h3><div class="exercises">{exercises}</div>'
-        + "<h3>Named mistakes</h3>"
-        + html_plot(plot_mistakes(report), f"{report.lesson}: named mistakes")
-        + html_mistakes(report)
+        f'<section class="lesson" id="{esc(anchor(lesson))}">'
+        f"<h2>{esc(lesson)}</h2>{html_summary(report)}<nav><p>{links}</p></nav>"
+        + html_plot(plot_exercises(report), f"{lesson}: points per exercise")
+        + html_plot(plot_totals(report), f"{lesson}: total scores")
+        + "".join(f'<h3 id="{esc(anchor(lesson, p))}">{esc(h)}</h3>{parts[p]}' for p, h in PARTS)
         + "</section>"
     )
+
+
+def html_contents(reports: list[LessonReport]) -> str:
+    """With several lessons, a table of them at the top: each links to its section."""
+    if len(reports) < 2:
+        return ""
+    rows = []
+    for r in reports:
+        s = summary(r)
+        rows.append(
+            f'<tr data-lesson="{esc(r.lesson)}">'
+            f'<td><a href="#{esc(anchor(r.lesson))}">{esc(r.lesson)}</a></td>'
+            f'<td class="num">{s["students"]}</td>'
+            f'<td class="num">{_mean(s["mean_score"])} / {s["max_score"]:g}</td>'
+            f'<td class="num">{s["mastered"]}</td><td class="num">{s["stuck"]}</td></tr>'
+        )
+    header = ["lesson", "students", "mean score", "mastered", "stuck"]
+    return _table(header, rows, "contents")
 
 
 def html_page(course_id: str, reports: list[LessonReport]) -> str:
@@ -932,5 +993,5 @@ def html_page(course_id: str, reports: list[LessonReport]) -> str:
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "img-src data:; style-src 'unsafe-inline'\">"
         f"<title>{esc(title)}</title><style>{CSS}</style></head>"
-        f"<body><h1>{esc(title)}</h1>{notes}{body}</body></html>\n"
+        f"<body><h1>{esc(title)}</h1>{notes}{html_contents(reports)}{body}</body></html>\n"
     )

@@ -22,6 +22,7 @@ import csv
 import json
 import shutil
 import subprocess
+from html.parser import HTMLParser
 
 import nbformat
 import pytest
@@ -170,6 +171,57 @@ def test_learner_text_is_escaped_in_the_page_and_defused_in_the_csv(tmp_path):
         assert next(csv.DictReader(f))["student"] == "'=HYPERLINK(1)"
 
 
+def made_up_lesson(lesson, stuck="", set_back=""):
+    """A lesson's report of three made-up students: one ``stuck``, one with course cells
+    ``set_back`` (each optional), one neither."""
+
+    def student(name):
+        return report.StudentStats(
+            lesson, name, 2.0, 3.0, {"test_softmax": 2.0, "test_q1": 0.0}, 0.0, 1.0, False, 3,
+            name == stuck, ["test_softmax: wrong axis"] * (name == stuck), [], 1.0, 3.0,
+            ["a cell was deleted"] * (name == set_back),
+        )  # fmt: skip
+
+    students = [student(name) for name in ("ann", "bo", "cy")]
+    scores = {s.student: s.cells for s in students}
+    exercises = [report.exercise_stats(lesson, c, scores) for c in CELLS]
+    return report.LessonReport(lesson, CELLS, exercises, [], students)
+
+
+class Links(HTMLParser):
+    """The page's ids, and the targets of its in-page links."""
+
+    def __init__(self, page):
+        super().__init__()
+        self.ids, self.targets, self.rows = set(), [], {}
+        self.table = None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.ids.add(attrs.get("id"))
+        if attrs.get("href", "").startswith("#"):
+            self.targets.append(attrs["href"][1:])
+        if tag == "table":
+            self.table = attrs.get("class")
+        if tag == "tr" and "data-student" in attrs:
+            self.rows.setdefault(self.table, []).append(attrs["data-student"])
+
+
+def test_several_lessons_get_contents_and_every_link_on_the_page_has_its_target():
+    lessons = [made_up_lesson("01-scoring", stuck="bo"), made_up_lesson("02-softmax-masking")]
+    links = Links(report.html_page("c", lessons))
+    assert set(links.targets) <= links.ids and len(links.targets) == 2 + 2 * len(report.PARTS)
+    assert links.targets[:2] == ["01-scoring", "02-softmax-masking"]  # the contents first
+    assert links.rows["talk"] == ["bo"] and len(links.rows["students"]) == 6
+
+    alone = Links(report.html_page("c", [made_up_lesson("L", stuck="ann", set_back="cy")]))
+    assert len(alone.targets) == len(report.PARTS) and set(alone.targets) <= alone.ids
+    assert alone.rows["talk"] == ["ann", "cy"]  # nobody else: "bo" is neither
+    calm = report.html_page("c", [made_up_lesson("L")])
+    assert '<table class="talk"' not in calm and "Nobody is stuck" in calm
+
+
 # ---------------------------------------------------------------------------------------------
 # a graded class
 
@@ -248,11 +300,14 @@ def graded_class(tmp_path_factory):
     done = attn_grade(course, "report", "--all", "--course", str(course), "--json",
                       "--html", str(out / "report.html"), "--csv", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    data = json.loads(done.stdout)
+    data = json.loads(done.stdout)  # --json: the report alone on stdout, what it wrote on stderr
+    written = [out / "report.html", *(out / f"{t}.csv" for t in CSV_TABLES)]
+    assert done.stderr.splitlines() == [f"wrote {path}" for path in written]
     assert not (course / "gradebook.db").exists()
     return {"course": course, "db": f"sqlite:///{db}", "data": data, "out": out, "last": last}
 
 
+CSV_TABLES = ("exercises", "mistakes", "students", "attempts")
 DUE = "2030-01-01 00:00:00 UTC"
 LATE = "2030-01-02 03:04:00.0 UTC"  # honest's submission: 1 d 3 h 4 min after DUE
 
@@ -447,7 +502,7 @@ def test_csv_tables_text_summary_and_one_lesson_agree_with_the_json(graded_class
     lesson = lesson_of(graded_class["data"])
     out = graded_class["out"]
     tables = {}
-    for name in ("exercises", "mistakes", "students", "attempts"):
+    for name in CSV_TABLES:
         with open(out / f"{name}.csv", newline="", encoding="utf-8") as f:
             tables[name] = list(csv.DictReader(f))
         assert len(tables[name]) == len(lesson[name])
@@ -525,6 +580,12 @@ def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class
         stuck = page.locator("table.students tr.stuck")
         expect(stuck).to_have_count(1)
         expect(stuck.locator("td").first).to_have_text("scale-dk")
+        talk = page.locator("table.talk tr[data-student]")  # stuck, or course cells set back
+        expect(talk).to_have_count(2)
+        expect(talk.nth(0).locator("td.stuck-on")).to_contain_text("test_attention: ")
+        expect(talk.nth(1).locator("td.set-back")).to_contain_text("cell softmax appears 2 times")
+        assert [talk.nth(n).get_attribute("data-student") for n in range(2)] == [
+            "scale-dk", "wrong-axis"]  # fmt: skip
         tried = page.locator("table.attempts tr[data-student='scale-dk']")
         expect(tried).to_have_count(3)  # the stuck student's attempts, and nobody else's
         expect(page.locator("table.attempts tr[data-student]")).to_have_count(3)
@@ -532,6 +593,17 @@ def test_the_page_renders_with_its_plots_and_the_gradebooks_numbers(graded_class
             expect(tried.nth(n).locator("td.mistakes")).to_contain_text("test_attention: ")
         mean = sum(totals.values()) / len(totals)
         expect(page.locator("[data-stat='mean score'] b")).to_have_text(f"{round(mean, 2):g} / 17")
+
+        # What holds the class back and who needs help come first; every student's row last.
+        headings = page.locator(f"section[id='{LESSON}'] > h3")
+        assert headings.all_inner_texts() == [h for _, h in report.PARTS]
+        tops = [page.locator(f"table.{t}").first.bounding_box()["y"]
+                for t in ("mistakes", "talk", "exercise-table", "students")]  # fmt: skip
+        assert tops == sorted(tops), tops
+        for n, (part, _) in enumerate(report.PARTS):  # the section's links reach its parts
+            page.locator(f"section[id='{LESSON}'] nav a").nth(n).click()
+            target = page.locator(f"[id='{report.anchor(LESSON, part)}']")
+            expect(target).to_be_in_viewport()
         page.screenshot(path=str(graded_class["out"] / "report.png"), full_page=True)
     assert not dialogs and not problems, (dialogs, problems)
     assert all(url.startswith(("file:", "data:")) for url in requests), requests
