@@ -52,6 +52,11 @@ validate_within_bounds(c)
 c.ExecutePreprocessor.timeout = 120
 c.TrustedExecute.budget = 300
 
+# Problems of each grading's own beside the checks' public ones, so that no answer can be a table
+# of results recorded ahead; a learner's own check never meets them (docs/grading.md, "Secret
+# problems"). None by default, for one verdict everywhere.
+# c.TrustedExecute.secret_problems = 10
+
 # Collecting (`nbgrader collect`, formgrader's Collect button): nbgrader's exchange is a folder
 # every student can write to. The course's collect takes only what students' own `nbgrader submit`
 # put there and sets aside, with a message, an entry in another account's name, a link, a named

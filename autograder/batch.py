@@ -214,7 +214,7 @@ def _limits_for_nbgrader(app: AutogradeApp, limits: Limits, isolation: str) -> N
     config = app.config.TrustedExecute
     config.timeout, config.budget = limits.timeout, limits.budget
     config.memory_mb, config.processes = limits.memory_mb, limits.processes
-    config.cpus = limits.cpus
+    config.cpus, config.secret_problems = limits.cpus, limits.secret_problems
     config.max_output, config.isolation = limits.max_output, isolation
 
 
@@ -241,7 +241,8 @@ def _run(
             None if options.student == "*" else [submission.shown(n) for n, _ in submissions]
         )
     due, rule = due_dates(app.coursedir, lesson), penalty_rule(app)
-    results, todo, moved, rerated = [], [], [], {}
+    secret = options.limits.secret_problems > 0
+    results, todo, moved, rerated, resecret = [], [], [], {}, []
     for name, folder in submissions:
         shown = submission.shown(name)
         found = submission.problems(folder, folder.parent, notebooks)
@@ -260,6 +261,9 @@ def _run(
             elif _rerated(entry, rule):
                 rerated[shown] = entry["penalty"]
                 why = "graded again: a new late penalty"
+            elif bool(entry.get("secret")) != secret:  # (a line from before: graded without)
+                resecret.append(shown)
+                why = f"graded again: secret problems turned {'on' if secret else 'off'}"
             else:
                 results.append(StudentResult(shown, "skipped", **_grade_of(entry)))
                 continue
@@ -272,6 +276,10 @@ def _run(
         was = " / ".join(sorted(set(rerated.values())))
         who = _some(list(rerated))
         print(RERATED.format(n=len(rerated), was=was, now=rule, who=who), file=sys.stderr)
+    if resecret:
+        turned = "on" if secret else "off"
+        print(RESECRET.format(n=len(resecret), turned=turned, who=_some(resecret)),
+              file=sys.stderr)  # fmt: skip
     if not todo:
         return sorted(results, key=lambda r: r.student)
 
@@ -319,7 +327,7 @@ def _run(
                 continue
             journal.mark({
                 "student": result.student, "status": result.status, "stamp": item.stamp,
-                "due": item.due, "penalty": rule, **_grade_of(result.as_dict()),
+                "due": item.due, "penalty": rule, "secret": secret, **_grade_of(result.as_dict()),
                 "error": result.error, "at": time.time(),
             })  # fmt: skip
 
@@ -375,6 +383,10 @@ def due_dates(coursedir: CourseDirectory, lesson: str) -> Callable[[str], str | 
 RERATED = (
     "attn-grade batch: grading {n} late student(s) again, as the late penalty changed since they "
     "were graded ({was} → {now}): {who}"
+)
+RESECRET = (
+    "attn-grade batch: grading {n} student(s) again, as secret problems were turned {turned} since "
+    "they were graded (docs/grading.md, 'Secret problems'): {who}"
 )
 
 

@@ -3,7 +3,7 @@
     attn-grade check NOTEBOOK [--json] [--timeout S] [--memory MB] [--no-record]
     attn-grade batch LESSON --course DIR [--workers N] [--timeout S] [--budget S] [--memory MB]
                      [--json] [--csv PATH] [--force] [--no-progress] [--no-feedback]
-                     [--dask ADDRESS|local:N|gateway:NAME] [--no-isolation]
+                     [--dask ADDRESS|local:N|gateway:NAME] [--no-isolation] [--secret-problems N]
     attn-grade report (LESSON | --all) --course DIR [--html PATH] [--csv DIR] [--json]
                       [--stuck N]
     attn-grade feedback LESSON --course DIR [--workers N] [--force] [--json] [--no-progress]
@@ -17,6 +17,7 @@ import argparse
 import glob
 import json
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -68,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="cores each submission may use at once, where a cgroup can cap it (1; 0: no cap)",
+    )
+    batch.add_argument(
+        "--secret-problems",
+        type=int,
+        metavar="N",
+        help="problems per searched exercise drawn from a secret of this batch, beside the "
+        "checks' public ones (default: the course's TrustedExecute.secret_problems, else 0)",
     )
     batch.add_argument("--json", action="store_true", help="print the results as JSON")
     batch.add_argument("--csv", type=Path, help="also write the results to this CSV file")
@@ -213,7 +221,12 @@ def _batch(args) -> int:
     try:
         from .batch import BatchOptions, run_batch
 
-        timeout = args.timeout if args.timeout is not None else course_timeout(course)
+        timeout = args.timeout
+        if timeout is None:
+            timeout = float(course_setting(course, "ExecutePreprocessor", "timeout", 30.0))
+        secret = args.secret_problems
+        if secret is None:
+            secret = int(course_setting(course, "TrustedExecute", "secret_problems", 0))
     except BaseException:
         if pool is not None:
             pool.close()
@@ -234,6 +247,8 @@ def _batch(args) -> int:
         memory_mb=args.memory,
         cpu_seconds=max(120, int(args.budget)),
         cpus=args.cpus,
+        secret_problems=max(0, secret),
+        secret_seed=secrets.randbits(63) if secret > 0 else 0,  # this batch's, never the sandbox's
     )
     try:
         results = run_batch(course, args.lesson, options, pool)
@@ -369,16 +384,17 @@ def _has_submissions(course: Path, lesson: str) -> bool:
     return any((course / "submitted").glob(f"*/{glob.escape(lesson)}"))
 
 
-def course_timeout(course: Path) -> float:
-    """The course's nbgrader cell timeout (``c.ExecutePreprocessor.timeout``), else 30 s."""
+def course_setting(course: Path, section: str, name: str, default: float) -> float:
+    """A number the course's ``nbgrader_config.py`` sets (``c.SECTION.NAME``), else
+    ``default``."""
     from traitlets.config.loader import PyFileConfigLoader
 
     try:
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
-        value = config.ExecutePreprocessor.timeout
-        return float(value) if isinstance(value, int | float) else 30.0
-    except Exception:  # noqa: BLE001
-        return 30.0
+        value = config[section][name]
+    except Exception:  # noqa: BLE001 — no configuration, or one that fails: nbgrader's default
+        return default
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else default
 
 
 if __name__ == "__main__":

@@ -41,6 +41,17 @@ class Limits:
     tmp_mb: int = 64  # the sandbox's private /tmp
     max_output: int = 2 * 2**20  # bytes of outputs kept for the whole notebook
     restarts: int = 8  # fresh sandboxes after a crash, per notebook
+    # Problems of this grading's own, beside the checks' public ones (attnlib.checks.Secret): how
+    # many per searched exercise (0: none), and the seed they are drawn from. Neither goes to
+    # the sandbox.
+    secret_problems: int = 0
+    secret_seed: int = 0
+
+    def secret(self):
+        """The checks' :class:`attnlib.checks.Secret` for this grading, or None."""
+        from attnlib.checks import Secret
+
+        return Secret(self.secret_seed, self.secret_problems) if self.secret_problems else None
 
     def for_sandbox(self) -> dict:
         """The part the sandbox applies to itself (the ``go`` message)."""

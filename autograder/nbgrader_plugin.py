@@ -43,6 +43,7 @@ import copy
 import functools
 import hashlib
 import json
+import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -465,6 +466,17 @@ class TrustedExecute(NbGraderPreprocessor):
         "namespaces",
         help="'namespaces' (bubblewrap and Linux namespaces) or 'none': never for a class",
     ).tag(config=True)
+    secret_problems = Integer(
+        0,
+        help="Problems per searched exercise drawn from a secret of each grading run, beside the "
+        "checks' public ones, so that no answer can hold their results ahead (0: none; "
+        "docs/grading.md, 'Secret problems')",
+    ).tag(config=True)
+
+    @functools.cached_property
+    def secret_seed(self) -> int:
+        """This grading run's secret: drawn once, kept in this (trusted) process."""
+        return secrets.randbits(63)
 
     def limits(self) -> Limits:
         timeout = self.timeout
@@ -479,6 +491,8 @@ class TrustedExecute(NbGraderPreprocessor):
             processes=self.processes,
             cpus=self.cpus,
             max_output=self.max_output,
+            secret_problems=max(0, self.secret_problems),
+            secret_seed=self.secret_seed if self.secret_problems > 0 else 0,
         )
 
     def preprocess(self, nb, resources):

@@ -256,7 +256,8 @@ def check(runner: Runner, call: Call, sources: list[str], student: str = "") -> 
                               f"Write {call.name} yourself")  # fmt: skip
     proxy = Proxy(runner, call.ident)
     try:
-        outcome = checks.judge(call.name, proxy, Proxy.peak, Sandboxed(runner))
+        outcome = checks.judge(call.name, proxy, Proxy.peak, Sandboxed(runner),
+                               runner.limits.secret())  # fmt: skip
     except Exception as error:  # noqa: BLE001 — the checks themselves failed on this answer
         fault = _fault_in(error)
         if fault is not None:  # the sandbox failed (hypothesis may have wrapped it)

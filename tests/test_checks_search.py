@@ -84,8 +84,9 @@ def test_the_search_is_the_same_every_run():
     assert re.search(r" K \[(\[[^,\[\]]+\](, )?)+\]", first.message), first.message
 
 
-def _drawn_afresh(name: str) -> list[str]:
-    """Every problem hypothesis draws for exercise ``name`` when none fails, drawn now."""
+def _drawn_afresh(name: str, secret=None) -> list[str]:
+    """Every problem hypothesis draws for exercise ``name`` (with a grading's ``secret``: that
+    grading's own) when none fails, drawn now."""
     from attnlib.checks._core import _find
 
     met = []
@@ -95,19 +96,64 @@ def _drawn_afresh(name: str) -> list[str]:
             met.append(repr(probe))
         return False
 
-    assert _find(name, record) is None
+    assert _find(name, record, secret) is None
     return met
 
 
 @pytest.mark.parametrize("name", sorted(search.STRATEGIES))
 def test_a_right_answer_meets_exactly_the_problems_hypothesis_draws(name):
     """The search runs a right answer on problems drawn once per process (``drawn``) instead
-    of through hypothesis each time: they must be hypothesis' own, in its order."""
+    of through hypothesis each time: they must be hypothesis' own, in its order; a grading's
+    secret problems too."""
     from attnlib.checks._core import drawn
 
+    secret = checks.Secret(seed=20261201, count=6)
     with np.printoptions(threshold=sys.maxsize):
         cached = [repr(probe) for probe in drawn(name)]
+        hidden = [repr(probe) for probe in drawn(name, secret)]
     assert cached == _drawn_afresh(name) and len(cached) > 1
+    assert hidden == _drawn_afresh(name, secret) and len(hidden) == secret.count
+
+
+def _table_of(name: str, fn):
+    """``fn`` as a learner's kernel sees it through a spy, and a function that only looks its
+    arguments up in what the spy recorded (the public problems: fixed probes and search)."""
+    table = {}
+
+    def key(args, kwargs):
+        return repr((args, sorted(kwargs.items())))
+
+    def spy(*args, **kwargs):
+        with np.printoptions(threshold=sys.maxsize):
+            table[key(args, kwargs)] = out = fn(*args, **kwargs)
+        return out
+
+    assert checks.check(name, spy)
+
+    def lookup(*args, **kwargs):
+        with np.printoptions(threshold=sys.maxsize):
+            found = table.get(key(args, kwargs))
+        return np.zeros(np.shape(fn(*args, **kwargs))) if found is None else found
+
+    return lookup
+
+
+def test_secret_problems_fail_a_table_of_the_public_ones_and_no_right_answer():
+    from attnlib.checks._core import SECRET_NOTE
+    from attnlib.numpy import softmax
+
+    lookup = _table_of("softmax", softmax)
+    assert checks.judge("softmax", lookup)  # every public problem is in the table
+    seeds = [checks.Secret(seed) for seed in (1, 2)]
+    verdicts = [checks.judge("softmax", lookup, secret=s) for s in seeds]
+    for verdict in verdicts:
+        assert not verdict and verdict.message.endswith(SECRET_NOTE), verdict
+    assert checks.judge("softmax", lookup, secret=seeds[0]) == verdicts[0]  # same seed, same words
+    assert _drawn_afresh("softmax", seeds[0]) != _drawn_afresh("softmax", seeds[1])
+    for right in (softmax, lambda x, axis=-1: softmax(np.asarray(x, dtype=np.float64), axis)):
+        assert checks.judge("softmax", right, secret=seeds[0]), "a right answer passes"
+    wrong = checks.judge("softmax", lambda x, axis=-1: softmax(x, 0), secret=seeds[0])
+    assert not wrong and SECRET_NOTE not in wrong.message  # found on the public problems first
 
 
 @pytest.mark.parametrize("lesson", sorted(checks.LESSONS))
@@ -168,3 +214,17 @@ def test_a_function_that_runs_a_check_itself_is_judged_and_nothing_hangs():
     worker.join(timeout=120)
     assert found, "the check did not finish"
     assert not found[0].passed and "T=9" in found[0].message
+
+
+@pytest.mark.parametrize("name", sorted(search.STRATEGIES))
+def test_secret_problems_change_no_verdict_of_a_right_answer_or_a_named_mistake(name):
+    """What secret problems cost in one verdict, on what the checks know: the reference passes
+    them whatever the seed, and each named mistake (what its buggy code returns) is judged word
+    for word as without them."""
+    exercise = checks.EXERCISES[name]
+    answers = [exercise.reference, *(mistake.returns for mistake in exercise.mistakes)]
+    for answer in answers:
+        public = checks.judge(name, answer)
+        for seed in (11, 22):
+            assert checks.judge(name, answer, secret=checks.Secret(seed)) == public, answer
+    assert checks.judge(name, exercise.reference)

@@ -20,6 +20,7 @@ from ._core import (
     Outcome,
     Peak,
     Probe,
+    Secret,
     plain,
     quiet,
     run,
@@ -93,6 +94,7 @@ def judge(
     fn: Callable[..., object],
     peak: Peak | None = None,
     namespace: Namespace | None = None,
+    secret: Secret | None = None,
 ) -> Outcome:
     """The verdict on the learner's ``fn`` for exercise ``name``.
 
@@ -100,18 +102,19 @@ def judge(
     wrong (``Exercise.depends``), it is checked again with the course's reference
     implementations in their place: if it passes then, a mistake in an earlier exercise costs
     points there only, and the verdict says so; if not, the verdict names ``fn``'s own mistake.
+    A grading's ``secret`` adds problems of its own to every search (:class:`Secret`).
     """
     if name not in EXERCISES:
         raise ValueError(f"no checks for {name!r}; known exercises: {', '.join(EXERCISES)}")
     exercise = EXERCISES[name]
-    meter = {} if peak is None else {"peak": peak}
+    meter = {"secret": secret} if peak is None else {"peak": peak, "secret": secret}
     outcome = run(exercise, fn, **meter)
     if outcome.passed or namespace is None or outcome.message.startswith(NOT_WRITTEN):
         return outcome
     theirs = {dep: namespace.learner(dep) for dep in exercise.depends}
     missing = [dep for dep, found in theirs.items() if found is None]
     wrong = [dep for dep, found in theirs.items()
-             if found is not None and not judge(dep, found, peak, namespace)]  # fmt: skip
+             if found is not None and not judge(dep, found, peak, namespace, secret)]  # fmt: skip
     if not wrong and not missing:
         return outcome
     references = {dep: EXERCISES[dep].reference for dep in wrong + missing}
@@ -202,6 +205,7 @@ __all__ = [
     "Namespace",
     "Outcome",
     "Probe",
+    "Secret",
     "assert_correct",
     "check",
     "judge",

@@ -35,7 +35,7 @@ import textwrap
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -147,6 +147,26 @@ Invariant = Callable[[Probe, Arrays], "str | tuple[str, str] | None"]
 Verdict = tuple[str, str]  # (sentence, section to read; "" for the exercise's own)
 Hint = Callable[[Exception, Probe], str]  # a likely cause of an exception ("" if none)
 Peak = Callable[..., tuple[object, int]]
+
+
+@dataclass(frozen=True)
+class Secret:
+    """Problems of one grading's own, drawn beside the public ones (see :func:`search`).
+
+    The public problems are the same everywhere, so a learner can record them ahead (a spy
+    handed to the checks) and submit a table of their results. A grading that keeps ``seed``
+    where the learner's code cannot read it meets ``count`` more problems per searched exercise
+    that no learner can know before: a right answer passes them as it passes the public ones.
+    """
+
+    seed: int
+    count: int = 10
+
+
+SECRET_NOTE = (
+    " (on a problem drawn for this grading alone; your own test cell meets only the checks' "
+    "usual problems, so it may have passed this answer)"
+)
 
 
 @dataclass(frozen=True)
@@ -679,12 +699,18 @@ def calm() -> Iterator[None]:
         yield
 
 
-def run(exercise: Exercise, fn: Callable[..., object], peak: Peak = traced_peak) -> Outcome:
+def run(
+    exercise: Exercise,
+    fn: Callable[..., object],
+    peak: Peak = traced_peak,
+    secret: Secret | None = None,
+) -> Outcome:
     """Check ``fn`` against ``exercise`` on every probe; stop at the first failure.
 
     ``peak(fn, *args, **kwargs)`` calls ``fn`` and measures the memory the call held; the memory
     probes use it. In a learner's kernel it is :func:`traced_peak`; the grader, which calls the
-    learner's function in a sandbox, measures the whole sandbox from outside instead.
+    learner's function in a sandbox, measures the whole sandbox from outside instead. A grading
+    with a ``secret`` searches its own problems too (:func:`search`).
     """
     with calm():
         probes = list(exercise.probes())
@@ -695,7 +721,7 @@ def run(exercise: Exercise, fn: Callable[..., object], peak: Peak = traced_peak)
         message = _extras(exercise, fn, peak)
         if message:
             return Outcome(exercise.name, False, message, exercise.read)
-        outcome = search(exercise, fn)
+        outcome = search(exercise, fn, secret)
         note = dtype_note(exercise, fn, probes) if outcome else ""
         return Outcome(exercise.name, True, note) if note else outcome
 
@@ -768,17 +794,23 @@ def _no_local_constants() -> Iterator[None]:
 RICHER = 4  # failing problems (the first found, before shrinking) tried to tell mistakes apart
 
 
-def _find(name: str, condition: Callable[[Probe], bool]) -> Probe | None:
+def _find(
+    name: str, condition: Callable[[Probe], bool], secret: Secret | None = None
+) -> Probe | None:
     """hypothesis' smallest problem of exercise ``name``'s strategy that meets ``condition``
-    (derandomised: every run draws the same problems), or None if none of them does."""
+    (derandomised: every run draws the same problems; with a ``secret``, ``secret.count`` problems
+    drawn from its seed instead, the same for every run with that seed), or None if none of them
+    does."""
+    import random
+
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
 
     from .search import STRATEGIES
 
     config = settings(
-        max_examples=SEARCH_EXAMPLES,
-        derandomize=True,
+        max_examples=SEARCH_EXAMPLES if secret is None else secret.count,
+        derandomize=secret is None,
         database=None,
         deadline=None,
         suppress_health_check=list(HealthCheck),
@@ -786,17 +818,19 @@ def _find(name: str, condition: Callable[[Probe], bool]) -> Probe | None:
     )
     with _no_local_constants():
         try:
-            return find(STRATEGIES[name](), condition, settings=config)
+            seeded = None if secret is None else random.Random(secret.seed)
+            return find(STRATEGIES[name](), condition, settings=config, random=seeded)
         except NoSuchExample:
             return None
 
 
-@functools.cache
-def drawn(name: str) -> tuple[Probe, ...]:
-    """The problems the search of exercise ``name`` hands a function that gets all of them
-    right, in order. The draws are derandomised and a draw depends only on the problems before
-    it while none has failed, so they are the same for every function up to its first failure:
-    drawn once per process, they spare every right answer hypothesis' own work."""
+@functools.lru_cache(maxsize=256)  # the public draws of every exercise, and a few gradings'
+def drawn(name: str, secret: Secret | None = None) -> tuple[Probe, ...]:
+    """The problems the search of exercise ``name`` (with ``secret``: that grading's own search)
+    hands a function that gets all of them right, in order. The draws are derandomised (or
+    seeded) and a draw depends only on the problems before it while none has failed, so they
+    are the same for every function up to its first failure: drawn once per process, they spare
+    every right answer hypothesis' own work."""
     met: list[Probe] = []
 
     def never(probe: Probe) -> bool:
@@ -804,11 +838,11 @@ def drawn(name: str) -> tuple[Probe, ...]:
         return False
 
     with calm():
-        _find(name, never)
+        _find(name, never, secret)
     return tuple(met)
 
 
-def search(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
+def search(exercise: Exercise, fn: Callable[..., object], secret: Secret | None = None) -> Outcome:
     """Look for a random problem ``fn`` gets wrong; report the smallest one found.
 
     hypothesis draws problems from the exercise's strategy (derandomised, so every run sees
@@ -816,6 +850,10 @@ def search(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
     smallest problem cannot tell the fitting mistakes apart, the first failures found (larger,
     before shrinking) are tried for one that can. A function that gets every problem right is
     only run on the problems (:func:`drawn`): the same verdict, without hypothesis' overhead.
+
+    With a ``secret`` (a grading's, :class:`Secret`), a function right on every public problem
+    meets the grading's own problems too, searched and shrunk the same way from the secret's
+    seed; a failure there says so in the verdict (:data:`SECRET_NOTE`).
     """
     from .search import STRATEGIES
 
@@ -830,15 +868,21 @@ def search(exercise: Exercise, fn: Callable[..., object]) -> Outcome:
         return True
 
     with calm():
+        found = None  # the search that met a failure: the public one (None) or the secret's
         first = next((probe for probe in drawn(exercise.name) if fails(probe)), None)
+        if first is None and secret is not None:
+            found = secret
+            first = next((probe for probe in drawn(exercise.name, secret) if fails(probe)), None)
         if first is None:
             return Outcome(exercise.name, True)
         failing.clear()  # hypothesis meets them again, in the same order, and shrinks
-        probe = _find(exercise.name, fails)
+        probe = _find(exercise.name, fails, found)
         failure = None if probe is None else examine(exercise, fn, probe)
+    note = "" if found is None else SECRET_NOTE
     if failure is None:  # it failed during the search but not now: flaky learner code
         shown = (probe or first).describe(exercise.parameters)
         return Outcome(exercise.name, False, f"gives different answers on the same input "
-                       f"({shown})", exercise.read)  # fmt: skip
+                       f"({shown}){note}", exercise.read)  # fmt: skip
     with calm():
-        return _outcome(exercise, _clarify(exercise, fn, failure, failing[:RICHER]))
+        outcome = _outcome(exercise, _clarify(exercise, fn, failure, failing[:RICHER]))
+    return replace(outcome, message=outcome.message + note)
