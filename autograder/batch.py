@@ -282,6 +282,8 @@ def _run(
               file=sys.stderr)  # fmt: skip
     if not todo:
         return sorted(results, key=lambda r: r.student)
+    if secret:
+        print(SECRETS.format(n=options.limits.secret_problems), file=sys.stderr)
 
     pool = pool or start(lesson, options.workers, options.isolation, options.dask)
     workers = pool.workers if options.dask else max(1, options.workers)
@@ -383,6 +385,10 @@ def due_dates(coursedir: CourseDirectory, lesson: str) -> Callable[[str], str | 
 RERATED = (
     "attn-grade batch: grading {n} late student(s) again, as the late penalty changed since they "
     "were graded ({was} → {now}): {who}"
+)
+SECRETS = (
+    "attn-grade batch: grading with {n} secret problems a searched exercise, drawn for this batch "
+    "alone (docs/grading.md, 'Secret problems')"
 )
 RESECRET = (
     "attn-grade batch: grading {n} student(s) again, as secret problems were turned {turned} since "

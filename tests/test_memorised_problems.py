@@ -122,7 +122,8 @@ def secret_course(tmp_path_factory):
 
 
 def test_with_secret_problems_the_table_fails_and_every_other_verdict_is_the_same(secret_course):
-    public, _ = batch(secret_course, "--secret-problems", "0")  # the default: one verdict
+    public, said = batch(secret_course, "--secret-problems", "0")  # the default: one verdict
+    assert "secret problems" not in said
     before = last_verdicts(secret_course)
     assert "softmax" not in public["table"]["problems"]  # the hole, with no secret problems
     # The course's configuration (10 a searched exercise): everyone graded again, as the
@@ -131,6 +132,7 @@ def test_with_secret_problems_the_table_fails_and_every_other_verdict_is_the_sam
     after = last_verdicts(secret_course)
     assert {r["status"] for r in secret.values()} == {"graded"}, secret
     assert f"grading {len(secret)} student(s) again, as secret problems were turned on" in said
+    assert "grading with 10 secret problems a searched exercise" in said
     assert "graded again: secret problems turned on" in secret["honest"]["problems"]
     again, _ = batch(secret_course)  # nothing changed since: nobody graded again
     assert {r["status"] for r in again.values()} == {"skipped"}, again
