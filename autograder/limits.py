@@ -47,12 +47,6 @@ class Limits:
     secret_problems: int = 0
     secret_seed: int = 0
 
-    def secret(self):
-        """The checks' :class:`attnlib.checks.Secret` for this grading, or None."""
-        from attnlib.checks import Secret
-
-        return Secret(self.secret_seed, self.secret_problems) if self.secret_problems else None
-
     def for_sandbox(self) -> dict:
         """The part the sandbox applies to itself (the ``go`` message)."""
         return {

@@ -810,8 +810,6 @@ def html_students(report: LessonReport) -> str:
     for s in report.students:
         mastery = {True: '<span class="yes">yes</span>', False: '<span class="no">no</span>',
                    None: "–"}[s.mastered]  # fmt: skip
-        stuck = "<br>".join(f"<code>{esc(x)}</code>" for x in s.stuck_on) if s.stuck else ""
-        set_back = "<br>".join(esc(x) for x in s.set_back)
         klass = ' class="stuck"' if s.stuck else ""
         rows.append(
             f'<tr{klass} data-student="{esc(s.student)}"><td>{esc(s.student)}</td>'
@@ -819,8 +817,7 @@ def html_students(report: LessonReport) -> str:
             + (f'<td class="num late">{esc(lateness(s))}</td>' if late else "")
             + f'<td class="num">{s.mastery_score:g} / {s.mastery_max:g}</td>'
             f'<td class="mastered">{mastery}</td><td class="num attempts">{s.attempts}</td>'
-            f'<td class="num">{_num(s.seconds)}</td><td class="stuck-on">{stuck}</td>'
-            f'<td class="set-back">{set_back}</td></tr>'
+            f'<td class="num">{_num(s.seconds)}</td>{_why_talk(s)}</tr>'
         )
     most = summary(report)["max_score"]
     stuck = f"stuck (same mistake {report.stuck_after}×)"
@@ -828,6 +825,14 @@ def html_students(report: LessonReport) -> str:
               "mastery questions", "mastered", "attempts", "grading s", stuck,
               "course cells set back"]  # fmt: skip
     return _table(header, rows, "students")
+
+
+def _why_talk(s: StudentStats) -> str:
+    """A student's two cells of what a conversation is about: the mistakes they are stuck on,
+    and the course cells their current submission had set back."""
+    stuck = "<br>".join(f"<code>{esc(x)}</code>" for x in s.stuck_on) if s.stuck else ""
+    set_back = "<br>".join(esc(x) for x in s.set_back)
+    return f'<td class="stuck-on">{stuck}</td><td class="set-back">{set_back}</td>'
 
 
 def html_to_talk_to(report: LessonReport) -> str:
@@ -838,12 +843,10 @@ def html_to_talk_to(report: LessonReport) -> str:
     for s in report.students:
         if not (s.stuck or s.set_back):
             continue
-        stuck = "<br>".join(f"<code>{esc(x)}</code>" for x in s.stuck_on)
-        set_back = "<br>".join(esc(x) for x in s.set_back)
         rows.append(
             f'<tr data-student="{esc(s.student)}"><td>{esc(s.student)}</td>'
             f'<td class="num score">{_num(s.score)}</td><td class="num">{s.attempts}</td>'
-            f'<td class="stuck-on">{stuck}</td><td class="set-back">{set_back}</td></tr>'
+            f"{_why_talk(s)}</tr>"
         )
     if not rows:
         return "<p>Nobody is stuck, and no current submission had course cells set back.</p>"

@@ -229,6 +229,15 @@ def _write_back(originals: list, afters: object) -> None:
 # verdicts
 
 
+def _secret(limits) -> checks.Secret | None:
+    """The grading's secret problems for the checks (docs/grading.md, "Secret problems")."""
+    return (
+        checks.Secret(limits.secret_seed, limits.secret_problems)
+        if limits.secret_problems
+        else None
+    )
+
+
 def check(runner: Runner, call: Call, sources: list[str], student: str = "") -> Verdict:
     """The verdict on ``call``, reached here (see the module doc); ``student`` is who submitted
     (mastery questions may have numbers of each learner's own)."""
@@ -257,7 +266,7 @@ def check(runner: Runner, call: Call, sources: list[str], student: str = "") -> 
     proxy = Proxy(runner, call.ident)
     try:
         outcome = checks.judge(call.name, proxy, Proxy.peak, Sandboxed(runner),
-                               runner.limits.secret())  # fmt: skip
+                               _secret(runner.limits))  # fmt: skip
     except Exception as error:  # noqa: BLE001 — the checks themselves failed on this answer
         fault = _fault_in(error)
         if fault is not None:  # the sandbox failed (hypothesis may have wrapped it)
