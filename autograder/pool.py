@@ -15,8 +15,10 @@ once per submission, whatever happens to the workers.
   threads), the workers are spawned afresh and each starts a template of its own.
 * :class:`DaskPool` — the workers of a Dask ``distributed`` cluster (a scheduler address,
   ``local:N`` for a ``LocalCluster`` of N single-threaded workers, or ``gateway:NAME`` for a
-  Dask Gateway cluster). A worker that dies mid-batch costs nothing: Dask runs its submissions
-  again elsewhere, and the batch applies each result once.
+  Dask Gateway cluster). Each worker starts its templates as the batch reaches it, or as it
+  joins the cluster during the batch (:mod:`autograder.dask_warm`). A worker that dies
+  mid-batch costs nothing: Dask runs its submissions again elsewhere, and the batch applies
+  each result once.
 """
 
 from __future__ import annotations
@@ -77,6 +79,19 @@ def _preload(lesson: str) -> None:
     checks.draw_ahead(lesson)
 
 
+def warm(lesson: str, isolation: str, threads: int) -> int:
+    """A cluster worker's start for a batch (:mod:`autograder.dask_warm`): the templates of its
+    ``threads`` threads, started now, and the checks' problems drawn in a thread of its own,
+    which the first submission waits for. Return how many template pairs were started."""
+    from .template import warm as warm_templates
+
+    started = warm_templates(lesson, isolation, threads)
+    drawing = threading.Thread(target=_preload, args=(lesson,), daemon=True, name="attn-draws")
+    drawing.start()
+    _WORKER["drawing"] = drawing
+    return started
+
+
 def _ping() -> int:
     return os.getpid()
 
@@ -97,6 +112,9 @@ def grade(
 
     for name in THREAD_VARIABLES:  # the workers share the cores
         os.environ.setdefault(name, "1")
+    drawing = _WORKER.get("drawing")
+    if drawing is not None:  # hypothesis draws in one thread at a time
+        drawing.join()
     template, demos = pair or shared_pair(lesson, isolation)
     nb = json.loads(nb_json)
     return engine.grade(nb, template, limits, files, student, demos).as_dict()
@@ -194,7 +212,7 @@ class DaskPool:
         from distributed.comm import resolve_address
 
         self.task = (lesson, isolation)
-        self.cluster = self.gateway_cluster = None
+        self.cluster = self.gateway_cluster = self.warming = None
         if address.startswith("gateway://"):  # what a Gateway cluster prints as its address
             raise PoolError(
                 f"{address} is a Dask Gateway cluster's, reachable only with the credentials the "
@@ -202,6 +220,7 @@ class DaskPool:
             )
         if address.startswith(GATEWAY):
             self.client = self._through_gateway(address[len(GATEWAY) :])
+            self._warm()
             return
         if address.startswith("local:"):
             workers = int(address.split(":", 1)[1])
@@ -217,6 +236,17 @@ class DaskPool:
             if self.cluster is not None:
                 self.cluster.close()
             raise PoolError(f"cannot reach the Dask scheduler at {address}: {error}") from None
+        self._warm()
+
+    def _warm(self) -> None:
+        """Have every worker, and every worker that joins during the batch, start its templates
+        now (:mod:`autograder.dask_warm`)."""
+        from .dask_warm import Warm
+
+        self.warming = Warm(*self.task)
+        # Workers that cannot load it cannot grade either: their first submission says why.
+        with contextlib.suppress(Exception):
+            self.client.register_plugin(self.warming, name=self.warming.name)
 
     def _through_gateway(self, name: str):
         """A client of the Dask Gateway cluster ``name``. The gateway's address and how to log in
@@ -258,6 +288,8 @@ class DaskPool:
     def close(self) -> None:
         if self.client is None:
             return
+        with contextlib.suppress(Exception):  # the cluster may be gone: nothing left to warm
+            self.client.unregister_worker_plugin(self.warming.name)
         self.client.close()
         self._close_gateway()
         if self.cluster is not None:

@@ -321,24 +321,48 @@ class Attached:
 
 
 _shared: dict[tuple[str, str, bool, int], Template] = {}
+_spare: dict[tuple[str, str, bool], list[Template]] = {}  # warmed ahead, for the next thread
+_lock = threading.Lock()  # for both: a Dask worker starts spares on its event loop's thread
 
 
 def shared(lesson: str, isolation: str, demos: bool = False, wait: bool = True) -> Template:
-    """This thread's warm template for ``lesson`` (started on first use, closed at exit; without
-    ``wait``, still warming when returned: see :class:`Template`).
+    """This thread's warm template for ``lesson``: a spare warmed ahead (:func:`warm`), else one
+    started now; closed at exit. Without ``wait``, still warming when returned (see
+    :class:`Template`).
 
     One per thread: a template serves one request at a time, and a Dask worker may grade on
     several threads at once.
     """
     key = (lesson, isolation, demos, threading.get_ident())
-    template = _shared.get(key)
-    if template is None or not template.alive():
-        if template is not None:
-            template.close()
-        if not _shared:
-            atexit.register(close_shared)
-        template = _shared[key] = Template(lesson, isolation, demos=demos, wait=wait)
+    with _lock:
+        template, stale = _shared.get(key), None
+        if template is None or not template.alive():
+            stale = _shared.pop(key, None)
+            template = _take_spare(key[:3])
+            if template is not None:
+                _shared[key] = template
+    if stale is not None:
+        stale.close()
+    if template is None:
+        template = Template(lesson, isolation, demos=demos, wait=False)
+        with _lock:
+            _shared[key] = template
+    _close_at_exit()
+    if wait:
+        template.ready()
     return template
+
+
+def _take_spare(kind: tuple[str, str, bool]) -> Template | None:
+    """A spare template of ``kind`` that is still running, if any (those that died are closed).
+    Called holding the lock."""
+    spares = _spare.get(kind, [])
+    while spares:
+        template = spares.pop()
+        if template.alive():
+            return template
+        template.close()
+    return None
 
 
 def shared_pair(lesson: str, isolation: str, wait: bool = True) -> tuple[Template, Template | None]:
@@ -350,10 +374,54 @@ def shared_pair(lesson: str, isolation: str, wait: bool = True) -> tuple[Templat
     return shared(lesson, isolation, wait=wait), demos
 
 
-def close_shared() -> None:
-    for template in _shared.values():
+def warm(lesson: str, isolation: str, threads: int) -> int:
+    """Start templates for grading ``lesson`` now, without waiting for them, so that ``threads``
+    threads of this process find theirs warm (:func:`shared_pair`): as many pairs as are missing
+    among the threads' templates and the spares. Return how many pairs were started.
+
+    A Dask worker calls it as it joins a batch (:mod:`autograder.dask_warm`), so that its
+    templates warm while the batch starts instead of at the first submission."""
+    kinds = [(lesson, isolation, False)]
+    if view.has_demos(lesson):
+        kinds.append((lesson, isolation, True))
+    with _lock:
+        have = sum(k[:3] == kinds[0] and t.alive() for k, t in _shared.items())
+        have += sum(t.alive() for t in _spare.get(kinds[0], []))
+    missing = max(0, threads - have)
+    for _ in range(missing):
+        started = [(kind, Template(*kind, wait=False)) for kind in kinds]
+        with _lock:
+            for kind, template in started:
+                _spare.setdefault(kind, []).append(template)
+    _close_at_exit()
+    return missing
+
+
+def drop_spares(lesson: str, isolation: str) -> None:
+    """Close the spare templates for ``lesson`` no thread has taken (a batch is over)."""
+    with _lock:
+        dropped = [t for k in list(_spare) if k[:2] == (lesson, isolation) for t in _spare.pop(k)]
+    for template in dropped:
         template.close()
-    _shared.clear()
+
+
+_closing: list[bool] = []
+
+
+def _close_at_exit() -> None:
+    with _lock:
+        if not _closing:
+            _closing.append(True)
+            atexit.register(close_shared)
+
+
+def close_shared() -> None:
+    with _lock:
+        templates = [*_shared.values(), *(t for spares in _spare.values() for t in spares)]
+        _shared.clear()
+        _spare.clear()
+    for template in templates:
+        template.close()
 
 
 def _hello(sock: socket.socket, deadline: float) -> int:

@@ -4,10 +4,12 @@ A ``LocalCluster`` of two single-threaded worker processes (with nannies, as on 
 grades a class of lesson 02; as soon as the first student is recorded one worker is killed with
 SIGKILL. Every student must still be graded exactly once, with the scores the local pool gives a
 copy of the same course, and nothing of the killed worker's sandboxes may be left running.
+Every worker warms its templates as the batch reaches it, or as it joins during the batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,7 +26,8 @@ from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
 
 from autograder import history, limits, view
-from autograder.pool import QUIET_SCHEDULER
+from autograder.limits import Limits
+from autograder.pool import QUIET_SCHEDULER, DaskPool
 
 LESSON = "02-softmax-masking"
 LESSON01 = "01-scoring"
@@ -300,3 +303,58 @@ def test_a_local_cluster_grades_and_leaves_the_dashboard_port_to_others(tmp_path
     assert json.loads(out)[0]["status"] == "graded", out
     assert _scores(course) == {"honest": 17}
     assert "already in use" not in err, err
+
+
+def _templates_of(pid: int) -> set[int]:
+    """The sandbox templates worker ``pid`` runs: its bubblewrap children."""
+    found = set()
+    for child in _sandboxes_of(pid):
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{child}/status").read_text()
+            if f"\nPPid:\t{pid}\n" in status:
+                found.add(child)
+    return found
+
+
+def _until(condition, seconds: float = 60) -> bool:
+    end = time.monotonic() + seconds
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.1)
+    return condition()
+
+
+def test_workers_warm_a_template_per_thread_when_a_batch_starts_and_as_they_join(tmp_path):
+    """A batch on a cluster has every worker start its templates at once, one per thread, before
+    any submission arrives; a submission then finds one warm (no other is started); a worker that
+    joins mid-batch warms its own as it joins; and when the batch ends the templates no thread
+    took are closed, while the one a thread graded with stays warm for the next batch."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                           host="127.0.0.1", dashboard_address=None,
+                           scheduler_kwargs=QUIET_SCHEDULER)  # fmt: skip
+    client = Client(cluster)
+    try:
+        (first,) = client.run(os.getpid).values()
+        assert not _templates_of(first)
+        batch = DaskPool(cluster.scheduler_address, LESSON, "namespaces")
+        try:
+            assert _until(lambda: len(_templates_of(first)) == 2), _templates_of(first)
+            warm = _templates_of(first)
+            honest = json.dumps(student_notebook(LESSON, {}))
+            graded = batch.submit(Limits(), honest, {}, "honest").result(timeout=300)
+            assert graded["verdicts"] and all(v["passed"] for v in graded["verdicts"]), graded
+            assert _templates_of(first) == warm  # the grading took one of them
+
+            cluster.scale(2)
+            client.wait_for_workers(2, timeout=120)
+            (joined,) = set(client.run(os.getpid).values()) - {first}
+            assert _until(lambda: len(_templates_of(joined)) == 2), _templates_of(joined)
+        finally:
+            batch.close()
+        assert _until(lambda: not _templates_of(joined)), _templates_of(joined)
+        assert _until(lambda: len(_templates_of(first)) == 1)
+        assert _templates_of(first) < warm  # the thread's own, kept
+    finally:
+        client.close()
+        cluster.close()
