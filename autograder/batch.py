@@ -387,7 +387,7 @@ RERATED = (
     "were graded ({was} → {now}): {who}"
 )
 SECRETS = (
-    "attn-grade batch: grading with {n} secret problems a searched exercise, drawn for this batch "
+    "attn-grade batch: grading with {n} secret problems an exercise, drawn for this batch "
     "alone (docs/grading.md, 'Secret problems')"
 )
 RESECRET = (

@@ -74,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
         "--secret-problems",
         type=int,
         metavar="N",
-        help="problems per searched exercise drawn from a secret of this batch, beside the "
-        "checks' public ones (default: the course's TrustedExecute.secret_problems, else 0)",
+        help="problems per exercise drawn from a secret of this batch, beside the checks' "
+        "public ones (default: the course's TrustedExecute.secret_problems, else 0)",
     )
     batch.add_argument("--json", action="store_true", help="print the results as JSON")
     batch.add_argument("--csv", type=Path, help="also write the results to this CSV file")

@@ -42,7 +42,7 @@ class Limits:
     max_output: int = 2 * 2**20  # bytes of outputs kept for the whole notebook
     restarts: int = 8  # fresh sandboxes after a crash, per notebook
     # Problems of this grading's own, beside the checks' public ones (attnlib.checks.Secret): how
-    # many per searched exercise (0: none), and the seed they are drawn from. Neither goes to
+    # many per exercise (0: none), and the seed they are drawn from. Neither goes to
     # the sandbox.
     secret_problems: int = 0
     secret_seed: int = 0

@@ -468,7 +468,7 @@ class TrustedExecute(NbGraderPreprocessor):
     ).tag(config=True)
     secret_problems = Integer(
         0,
-        help="Problems per searched exercise drawn from a secret of each grading run, beside the "
+        help="Problems per exercise drawn from a secret of each grading run, beside the "
         "checks' public ones, so that no answer can hold their results ahead (0: none; "
         "docs/grading.md, 'Secret problems')",
     ).tag(config=True)

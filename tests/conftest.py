@@ -30,6 +30,7 @@ LONGEST_FIRST = (
     "test_grade_batch_memory.py",
     "test_viz.py",
     "test_grade_resume.py",
+    "test_memorised_modules.py",
     "test_hub.py",
     "test_numpy_chunked_perf.py",
     "test_grade_concurrent.py",

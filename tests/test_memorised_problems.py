@@ -93,9 +93,9 @@ def test_a_table_of_the_checks_own_problems_earns_nothing(tmp_path):
 SECRET = "c.TrustedExecute.secret_problems = 10\n"  # the course's choice, in nbgrader_config.py
 
 
-def batch(course, *args):
+def batch(course, *args, lesson=LESSON):
     done = subprocess.run(
-        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
+        [str(BIN / "attn-grade"), "batch", lesson, "--course", str(course), "--json",
          "--no-progress", *args],
         env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900,
     )  # fmt: skip
@@ -103,9 +103,9 @@ def batch(course, *args):
     return {r["student"]: r for r in json.loads(done.stdout)}, done.stderr
 
 
-def last_verdicts(course) -> dict[str, dict[str, tuple[bool, str]]]:
+def last_verdicts(course, lesson=LESSON) -> dict[str, dict[str, tuple[bool, str]]]:
     """Each student's verdicts in their latest grading (the course history), by name."""
-    latest = {e["student"]: e for e in history.entries(course, LESSON)}
+    latest = {e["student"]: e for e in history.entries(course, lesson)}
     return {student: {v["name"]: (v["passed"], v["message"]) for v in entry["verdicts"]}
             for student, entry in latest.items()}  # fmt: skip
 
@@ -126,13 +126,13 @@ def test_with_secret_problems_the_table_fails_and_every_other_verdict_is_the_sam
     assert "secret problems" not in said
     before = last_verdicts(secret_course)
     assert "softmax" not in public["table"]["problems"]  # the hole, with no secret problems
-    # The course's configuration (10 a searched exercise): everyone graded again, as the
+    # The course's configuration (10 an exercise): everyone graded again, as the
     # students were graded without.
     secret, said = batch(secret_course)
     after = last_verdicts(secret_course)
     assert {r["status"] for r in secret.values()} == {"graded"}, secret
     assert f"grading {len(secret)} student(s) again, as secret problems were turned on" in said
-    assert "grading with 10 secret problems a searched exercise" in said
+    assert "grading with 10 secret problems an exercise" in said
     assert "graded again: secret problems turned on" in secret["honest"]["problems"]
     again, _ = batch(secret_course)  # nothing changed since: nobody graded again
     assert {r["status"] for r in again.values()} == {"skipped"}, again

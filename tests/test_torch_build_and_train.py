@@ -461,24 +461,94 @@ BLOCK_SLIPS = {  # a bug of BuggyBlock left in a learner's RepairedBlock: the ve
 }
 
 
-@pytest.mark.parametrize("left", list(BLOCK_SLIPS))
-def test_each_bug_left_in_a_repaired_block_is_named(left: str) -> None:
+def repaired_block(left: str = "") -> type:
+    """A learner's RepairedBlock: the lesson's BuggyBlock with its attention repaired, but for
+    the bug ``left`` (its class attribute; none: right)."""
+
     class RepairedBlock(lessons_buggy_block()):
         def attention(self, z):
             B, T, C = z.shape
+            bug = self.left
             q, k, v = self.attn.qkv(z).split(C, dim=-1)  # (B, T, C) each
             q, k, v = (t.view(B, T, self.n_heads, self.d_head).transpose(1, 2) for t in (q, k, v))
-            divisor = self.d_head if left == "scale" else math.sqrt(self.d_head)
+            divisor = self.d_head if bug == "scale" else math.sqrt(self.d_head)
             scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T, T)
-            if left != "no mask":
-                allowed = torch.ones(T, T, dtype=torch.bool).tril(1 if left == "mask" else 0)
+            if bug != "no mask":
+                allowed = torch.ones(T, T, dtype=torch.bool).tril(1 if bug == "mask" else 0)
                 scores = scores.masked_fill(~allowed, float("-inf"))
-            weights = torch.softmax(scores, dim=-2 if left == "axis" else -1)
+            weights = torch.softmax(scores, dim=-2 if bug == "axis" else -1)
             y = weights @ v  # (B, h, T, d_head)
-            y = y.reshape(B, T, C) if left == "merge" else y.transpose(1, 2).reshape(B, T, C)
+            y = y.reshape(B, T, C) if bug == "merge" else y.transpose(1, 2).reshape(B, T, C)
             return self.attn.proj(y), weights
 
-    assert_verdict("RepairedBlock", RepairedBlock, BLOCK_SLIPS[left])
+    RepairedBlock.left = left
+    return RepairedBlock
+
+
+@pytest.mark.parametrize("left", list(BLOCK_SLIPS))
+def test_each_bug_left_in_a_repaired_block_is_named(left: str) -> None:
+    assert_verdict("RepairedBlock", repaired_block(left), BLOCK_SLIPS[left])
+
+
+MODULE_EXERCISES = {  # exercise: (a learner's module with one mistake or none, the mistake's name)
+    "CausalSelfAttention": (
+        lambda slip: type("CausalSelfAttention", (LearnerAttention,), {"slip": slip}),
+        CAUSAL_SLIPS,
+        "slip",
+    ),
+    "RepairedBlock": (repaired_block, BLOCK_SLIPS, "left"),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULE_EXERCISES))
+def test_secret_problems_change_no_verdict_of_a_learners_module(name: str) -> None:
+    """A grading with secret problems builds modules of its own sizes, dtypes and weights
+    (``Exercise.drawn``): a right module passes every one of them, and a module with a named
+    mistake is judged word for word as without them."""
+    from attnlib import checks
+
+    make, slips, _ = MODULE_EXERCISES[name]
+    for slip in slips:
+        public = checks.judge(name, make(slip))
+        assert public.passed == (slip == ""), public
+        for seed in (11, 22):
+            assert checks.judge(name, make(slip), secret=checks.Secret(seed)) == public, slip
+    right = make("")
+    for seed in range(5):  # 50 modules of a grading's own
+        assert checks.judge(name, right, secret=checks.Secret(seed, count=10)), seed
+
+
+@pytest.mark.parametrize("name", list(MODULE_EXERCISES))
+def test_a_module_right_only_on_the_public_problems_fails_on_secret_ones(name: str) -> None:
+    """The attack on the module exercises, which have no search: a module that records the
+    inputs the checks build it with (a spy), then is right on exactly those and drops the causal
+    mask on any other. The public checks pass it; a grading's own modules catch it."""
+    from attnlib import checks
+    from attnlib.checks._core import SECRET_NOTE
+
+    make, _, attribute = MODULE_EXERCISES[name]
+    seen: set[bytes] = set()
+
+    def digest(x: torch.Tensor) -> bytes:
+        return repr((x.shape, x.dtype)).encode() + x.detach().numpy().tobytes()
+
+    class Spy(make("")):
+        def forward(self, x):
+            seen.add(digest(x))
+            return super().forward(x)
+
+    class PublicOnly(make("")):
+        def forward(self, x):
+            setattr(self, attribute, "" if digest(x) in seen else "no mask")
+            return super().forward(x)
+
+    assert checks.judge(name, Spy) and seen
+    assert checks.judge(name, PublicOnly)  # right on every public problem
+    verdicts = [checks.judge(name, PublicOnly, secret=checks.Secret(seed)) for seed in (1, 2)]
+    for verdict in verdicts:
+        assert not verdict and verdict.message.endswith(SECRET_NOTE), verdict
+        assert "no causal mask" in verdict.message, verdict
+    assert checks.judge(name, PublicOnly, secret=checks.Secret(1)) == verdicts[0]
 
 
 # ------------------------------------------------------------------------- cached_attention

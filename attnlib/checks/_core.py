@@ -29,6 +29,7 @@ import copy
 import functools
 import inspect
 import os
+import random
 import re
 import sys
 import textwrap
@@ -155,12 +156,19 @@ class Secret:
 
     The public problems are the same everywhere, so a learner can record them ahead (a spy
     handed to the checks) and submit a table of their results. A grading that keeps ``seed``
-    where the learner's code cannot read it meets ``count`` more problems per searched exercise
-    that no learner can know before: a right answer passes them as it passes the public ones.
+    where the learner's code cannot read it meets ``count`` more problems per exercise (searched,
+    or made by :attr:`Exercise.drawn`) that no learner can know before: a right answer passes
+    them as it passes the public ones.
     """
 
     seed: int
     count: int = 10
+
+    def seeds(self, name: str) -> tuple[int, ...]:
+        """``count`` seeds of exercise ``name``'s own: the problems of an exercise with no
+        search (:attr:`Exercise.drawn`) are made from them."""
+        draw = random.Random(f"{self.seed}:{name}")
+        return tuple(draw.getrandbits(31) for _ in range(self.count))
 
 
 SECRET_NOTE = (
@@ -183,6 +191,9 @@ class Exercise:
     must be exact whatever their dtype (counts); ``hints`` name the likely cause of an
     exception where the probe makes one plain. ``builds`` is how the checks construct a class
     (``"CausalSelfAttention(d_model, n_heads, dropout)"``), for a constructor that refuses it.
+    An exercise with no search may have problems ``drawn`` from a grading's :class:`Secret`
+    instead: ``drawn(fn, seeds)`` makes one problem of each seed and checks ``fn`` on them once
+    its public checks pass.
     """
 
     name: str
@@ -195,6 +206,7 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     invariants: tuple[Invariant, ...] = ()
     extra: tuple[Callable[[Callable[..., object], Peak], str | None], ...] = ()
+    drawn: Callable[[Callable[..., object], tuple[int, ...]], str | None] | None = None
     tolerance: Tolerance | None = None
     hints: tuple[Hint, ...] = ()
     depends: tuple[str, ...] = ()  # earlier exercises of the lesson a solution may call
@@ -718,19 +730,26 @@ def run(
             failure = examine(exercise, fn, probe)
             if failure is not None:
                 return _outcome(exercise, _clarify(exercise, fn, failure, probes[index + 1 :]))
-        message = _extras(exercise, fn, peak)
+        whole = [functools.partial(extra, fn, peak) for extra in exercise.extra]
+        message = _extras(exercise, whole)
         if message:
             return Outcome(exercise.name, False, message, exercise.read)
+        if secret is not None and exercise.drawn is not None:
+            message = _extras(exercise, [lambda: exercise.drawn(fn, secret.seeds(exercise.name))])
+            if message:
+                return Outcome(exercise.name, False, message + SECRET_NOTE, exercise.read)
         outcome = search(exercise, fn, secret)
         note = dtype_note(exercise, fn, probes) if outcome else ""
         return Outcome(exercise.name, True, note) if note else outcome
 
 
-def _extras(exercise: Exercise, fn: Callable[..., object], peak: Peak) -> str | None:
-    for extra in exercise.extra:
+def _extras(exercise: Exercise, checks: Iterable[Callable[[], str | None]]) -> str | None:
+    """The first message of ``checks`` (the exercise's checks of the whole function, each
+    called with it), or of the exception one raised."""
+    for extra in checks:
         try:
             with quiet():
-                message = extra(fn, peak)
+                message = extra()
         except (CheckFailed, Abort):
             raise
         except Exception as error:  # noqa: BLE001 — the learner's exception is the feedback
@@ -801,8 +820,6 @@ def _find(
     (derandomised: every run draws the same problems; with a ``secret``, ``secret.count`` problems
     drawn from its seed instead, the same for every run with that seed), or None if none of them
     does."""
-    import random
-
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis.errors import NoSuchExample
 

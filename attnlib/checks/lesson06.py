@@ -8,6 +8,8 @@ functions and are judged by an ``extra`` check instead:
   weights and run forward and backward by :func:`attnlib._adapters.module_run` (in the grader,
   inside the sandbox), and compared with the course's module — ``attnlib.torch``'s
   ``CausalSelfAttention`` and ``attnlib.torch.gpt.Block`` — in outputs, gradients and weights;
+  a grading with secret problems builds modules of its own sizes and weights too
+  (:attr:`._core.Exercise.drawn`);
 * ``check_attention`` is a property test: it is run on every function of
   :mod:`.candidates` and must accept the right ones and catch most wrong ones.
 """
@@ -407,23 +409,62 @@ def _module_verdict(fn, ran: dict, want: np.ndarray, model, state: dict, x, h: i
     return f"the output differs from the course's by up to {worst:.3g}"
 
 
+def _drawn_module(seed: int) -> tuple[int, int, int, int, type]:
+    """A module problem of a grading's own (:attr:`Exercise.drawn`), of the public ones' kind:
+    ``(d_model, n_heads, B, T, dtype)`` drawn from ``seed``."""
+    g = rng(seed)
+    h, d_head, B, T = (int(g.integers(low, high)) for low, high in ((1, 5), (2, 9), (1, 4), (2, 9)))
+    return h * d_head, h, B, T, (np.float64, np.float32)[int(g.integers(2))]
+
+
+def _module_case(fn, shape: tuple, state: dict, x_seed: int, k: int, model, mistakes, what: str):
+    """Build the learner's module of ``shape`` ``(d_model, n_heads, B, T, dtype)`` with the
+    weights ``state``, run it forward and backward on inputs made from ``x_seed``, and compare
+    it with ``model`` (the course's, and its ``mistakes``): (the mistake or None, what the
+    module gave, the input, the upstream gradient, the course's attention weights)."""
+    d, h, B, T, dtype = shape
+    (x, g) = normal(x_seed, (B, T, d), (B, T, d))
+    x, g = x.astype(dtype), g.astype(dtype)
+    ran = drive(fn, "module_run", {"init": [d, h], "state": state, "x": x, "grad_out": g,
+                                    "seed": k, "train": 0})  # fmt: skip
+    want, weights = model(state, x, h)
+    found = _module_verdict(fn, ran, want.astype(dtype), model, state, x, h, mistakes, what)
+    return found, ran, x, g, weights
+
+
+def _where(shape: tuple) -> str:
+    d, h, B, T, dtype = shape
+    return f" (d_model={d}, n_heads={h}, x {(B, T, d)} {np.dtype(dtype).name})"
+
+
+def _causal_case(fn, shape: tuple, seed: int, x_seed: int, k: int) -> str | None:
+    """The learner's module of ``shape`` on weights made from ``seed`` and inputs from
+    ``x_seed``, against the course's; the mistake if any."""
+    d, h, _, _, dtype = shape
+    state = _causal_state(d, seed, dtype)
+    found, ran, x, g, _ = _module_case(fn, shape, state, x_seed, k, _attend,
+                                       CAUSAL_MISTAKES, "CausalSelfAttention")  # fmt: skip
+    found = found or _gradients(ran, state, x, g, h, dtype)
+    return found and found + _where(shape)
+
+
+def _first(case, fn, problems) -> str | None:
+    """The first mistake ``case(fn, shape, seed, x_seed, k)`` finds on ``problems``, if any."""
+    return next((found for problem in problems if (found := case(fn, *problem))), None)
+
+
+def _drawn_problems(seeds: tuple[int, ...], x_offset: int) -> list[tuple]:
+    """A grading's own module problems (:attr:`Exercise.drawn`): one of each seed."""
+    return [(_drawn_module(seed), seed, seed + x_offset, seed % 1000) for seed in seeds]
+
+
 def _causal_module(fn, peak: Peak) -> str | None:
-    for k, (d, h, B, T, dtype) in enumerate(MODULES):
-        state = _causal_state(d, 700 + k, dtype)
-        (x, g) = normal(710 + k, (B, T, d), (B, T, d))
-        x, g = x.astype(dtype), g.astype(dtype)
-        ran = drive(fn, "module_run", {"init": [d, h], "state": state, "x": x, "grad_out": g,
-                                        "seed": k, "train": 0})  # fmt: skip
-        want, _ = _attend(state, x, h)
-        where = f" (d_model={d}, n_heads={h}, x {x.shape} {np.dtype(dtype).name})"
-        found = _module_verdict(fn, ran, want.astype(dtype), _attend, state, x, h,
-                                CAUSAL_MISTAKES, "CausalSelfAttention")  # fmt: skip
-        if found:
-            return found + where
-        found = _gradients(ran, state, x, g, h, dtype)
-        if found:
-            return found + where
-    return _dropout(fn)
+    public = [(shape, 700 + k, 710 + k, k) for k, shape in enumerate(MODULES)]
+    return _first(_causal_case, fn, public) or _dropout(fn)
+
+
+def _causal_drawn(fn, seeds: tuple[int, ...]) -> str | None:
+    return _first(_causal_case, fn, _drawn_problems(seeds, 10))
 
 
 def _gradients(ran: dict, state: dict, x, g, h: int, dtype) -> str | None:
@@ -482,6 +523,7 @@ CausalSelfAttention = Exercise(
     reference=lambda *args: None,
     probes=lambda: [],
     extra=(_causal_module,),
+    drawn=_causal_drawn,
     builds="CausalSelfAttention(d_model, n_heads, dropout), dropout also left out",
 )
 
@@ -530,25 +572,27 @@ BLOCK_MISTAKES = (
 )  # fmt: skip
 
 
+def _block_case(fn, shape: tuple, seed: int, x_seed: int, k: int) -> str | None:
+    """The learner's block of ``shape`` on weights made from ``seed`` and inputs from
+    ``x_seed``, against the course's; the mistake if any."""
+    d, _, _, _, dtype = shape
+    state = _block_state(d, seed, dtype)
+    found, ran, _, _, w_want = _module_case(fn, shape, state, x_seed, k, _block,
+                                            BLOCK_MISTAKES, "RepairedBlock")  # fmt: skip
+    if not found and ran.get("weights") is not None:
+        w = plain(ran["weights"], "the attention weights")
+        if w.shape != w_want.shape or not np.allclose(w, w_want, rtol=1e-4, atol=1e-5):
+            found = "attention(z) returns weights that differ from the course's"
+    return found and found + _where(shape)
+
+
 def _repaired_block(fn, peak: Peak) -> str | None:
-    for k, (d, h, B, T, dtype) in enumerate(MODULES):
-        state = _block_state(d, 800 + 10 * k, dtype)
-        (x, g) = normal(820 + k, (B, T, d), (B, T, d))
-        x, g = x.astype(dtype), g.astype(dtype)
-        ran = drive(fn, "module_run", {"init": [d, h], "state": state, "x": x, "grad_out": g,
-                                        "seed": k, "train": 0})  # fmt: skip
-        want, w_want = _block(state, x, h)
-        where = f" (d_model={d}, n_heads={h}, x {x.shape} {np.dtype(dtype).name})"
-        found = _module_verdict(fn, ran, want.astype(dtype), _block, state, x, h,
-                                BLOCK_MISTAKES, "RepairedBlock")  # fmt: skip
-        if found:
-            return found + where
-        weights = ran.get("weights")
-        if weights is not None:
-            w = plain(weights, "the attention weights")
-            if w.shape != w_want.shape or not np.allclose(w, w_want, rtol=1e-4, atol=1e-5):
-                return "attention(z) returns weights that differ from the course's" + where
-    return None
+    public = [(shape, 800 + 10 * k, 820 + k, k) for k, shape in enumerate(MODULES)]
+    return _first(_block_case, fn, public)
+
+
+def _block_drawn(fn, seeds: tuple[int, ...]) -> str | None:
+    return _first(_block_case, fn, _drawn_problems(seeds, 20))
 
 
 RepairedBlock = Exercise(
@@ -558,6 +602,7 @@ RepairedBlock = Exercise(
     reference=lambda *args: None,
     probes=lambda: [],
     extra=(_repaired_block,),
+    drawn=_block_drawn,
     builds="RepairedBlock(d_model, n_heads)",
 )
 
