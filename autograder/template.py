@@ -347,7 +347,6 @@ def shared(lesson: str, isolation: str, demos: bool = False, wait: bool = True) 
         template = Template(lesson, isolation, demos=demos, wait=False)
         with _lock:
             _shared[key] = template
-    _close_at_exit()
     if wait:
         template.ready()
     return template
@@ -393,7 +392,6 @@ def warm(lesson: str, isolation: str, threads: int) -> int:
         with _lock:
             for kind, template in started:
                 _spare.setdefault(kind, []).append(template)
-    _close_at_exit()
     return missing
 
 
@@ -405,23 +403,17 @@ def drop_spares(lesson: str, isolation: str) -> None:
         template.close()
 
 
-_closing: list[bool] = []
-
-
-def _close_at_exit() -> None:
-    with _lock:
-        if not _closing:
-            _closing.append(True)
-            atexit.register(close_shared)
-
-
 def close_shared() -> None:
+    """Close this process's templates, the threads' and the spares (also at exit)."""
     with _lock:
         templates = [*_shared.values(), *(t for spares in _spare.values() for t in spares)]
         _shared.clear()
         _spare.clear()
     for template in templates:
         template.close()
+
+
+atexit.register(close_shared)
 
 
 def _hello(sock: socket.socket, deadline: float) -> int:
