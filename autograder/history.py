@@ -16,7 +16,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 FOLDER = ".attn-grade"
@@ -27,21 +27,69 @@ def path_of(course: Path) -> Path:
     return Path(course) / FOLDER / FILENAME
 
 
+# What one submission's diagnosis says that another's would say otherwise: a parenthesis
+# ("(b=0, i=1)"), a bracket ("[[1000, 999]]") or a number ("0.31", not the 02 of 02-softmax).
+PARTICULAR = re.compile(r"\([^()]*\)|\[[^\[\]]*\]|(?<![\w-])[-−]?\d+(\.\d+)?(e[-+]?\d+)?(?![\w-])")
+ON_PROBLEM = re.compile(r"\s+on\s+(?=[A-Za-z_]\w* [\[(])")  # "… on Q (2, 5, 4), K …"
+KEY_LENGTH = 200
+LABEL_LENGTH = 300
+
+
+def _placeholder(particular: str) -> str:
+    return {"(": "(…)", "[": "[…]"}.get(particular[0], "#")
+
+
+def _pieces(message: str) -> tuple[list[str], list[str]]:
+    """A diagnosis as its fixed words and the particulars between them: ``words`` has one more
+    item than ``particulars``. An exception keeps only its type (its text is the learner's)."""
+    text = str(message).strip()
+    raised = re.match(r"raised (\w+)", text)
+    if raised:
+        return [f"raised {raised.group(1)}"], []
+    text = ON_PROBLEM.split(text, maxsplit=1)[0]
+    words, particulars, at = [], [], 0
+    for found in PARTICULAR.finditer(text):
+        words.append(text[at : found.start()])
+        particulars.append(found.group(0))
+        at = found.end()
+    return [*words, text[at:]], particulars
+
+
+def _joined(words: list[str], particulars: list[str]) -> str:
+    return re.sub(
+        r"\s+", " ", "".join(w + p for w, p in zip(words, [*particulars, ""], strict=True))
+    )
+
+
 def mistake_key(message: str) -> str:
     """The named mistake of a diagnosis, without the particulars of one submission.
 
     ``"masked key receives weight 0.31 at (b=0, i=1, j=3) on Q (2, 5, 4)"`` and the same with
-    other numbers give one key; an exception keeps only its type (its text is the learner's).
+    other numbers give one key, ``"masked key receives weight # at (…)"``; an exception keeps
+    only its type (its text is the learner's).
     """
-    text = str(message).strip()
-    raised = re.match(r"raised (\w+)", text)
-    if raised:
-        return f"raised {raised.group(1)}"
-    text = re.split(r"\s+on\s+(?=[A-Za-z_]\w* [\[(])", text, maxsplit=1)[0]  # "… on Q (2, 5, 4)"
-    text = re.sub(r"\([^()]*\)", "(…)", text)
-    text = re.sub(r"\[[^\[\]]*\]", "[…]", text)
-    text = re.sub(r"(?<![\w-])[-−]?\d+(\.\d+)?(e[-+]?\d+)?(?![\w-])", "#", text)  # not 02-softmax
-    return re.sub(r"\s+", " ", text)[:200]
+    words, particulars = _pieces(message)
+    return _joined(words, [_placeholder(p) for p in particulars])[:KEY_LENGTH]
+
+
+def mistake_label(messages: Iterable[str]) -> str:
+    """How diagnoses that share a key word their mistake: the key, with every particular that
+    all of them say alike put back. ``"… must get weight 0"`` said by every student stays so
+    (its key reads ``"… weight #"``); ``"weight 0.31"`` and ``"weight 0.07"`` read ``"weight #"``.
+    """
+    messages = list(messages)
+    said = [_pieces(m) for m in messages]
+    if not said:
+        return ""
+    words, particulars = said[0]
+    if any(w != words or len(p) != len(particulars) for w, p in said[1:]):
+        return mistake_key(messages[0])  # one key, worded apart only in its spacing or its cut
+    alike = [
+        p if all(other[i] == p for _, other in said) else _placeholder(p)
+        for i, p in enumerate(particulars)
+    ]
+    text = _joined(words, alike)
+    return text if len(text) <= LABEL_LENGTH else text[: LABEL_LENGTH - 1] + "…"
 
 
 def record(course: Path, entry: dict) -> None:

@@ -14,7 +14,11 @@ Per lesson it computes four tables:
   partial and zero points, the mean, and how many have *not attempted* it in their current
   submission (see below);
 * **mistakes** — per graded cell and named mistake: how many students make it in their current
-  submission, how many ever made it, in how many submissions;
+  submission, how many ever made it, in how many submissions. A mistake is grouped by its key
+  (the diagnosis without one submission's numbers, shapes and quoted text) and shown by its
+  *label*: the key with every particular that all those submissions say alike put back, so
+  ``must get weight 0`` reads so, where two students' ``weight 0.31`` and ``weight 0.07`` read
+  ``weight #``;
 * **attempts** — per student and notebook, each distinct submission in turn: when it was last
   graded, how long that took, its mistakes and the course cells set back in it (what a stuck
   student tried; the page shows the stuck students' attempts);
@@ -106,6 +110,7 @@ class Attempt:
     seconds: float
     mistakes: set[tuple[str, str]]  # (cell key, mistake)
     repaired: list[str] = field(default_factory=list)  # course cells set back (autograder.cells)
+    said: dict[tuple[str, str], str] = field(default_factory=dict)  # mistake → its diagnosis
 
 
 @dataclass
@@ -128,7 +133,8 @@ class ExerciseStats:
 class MistakeStats:
     lesson: str
     exercise: str
-    mistake: str
+    mistake: str  # the key: the diagnosis without one submission's particulars (history)
+    label: str  # the key as the class's diagnoses word it (history.mistake_label)
     students_now: int  # students whose current submission makes it
     students_ever: int  # students who made it in any submission
     submissions: int  # distinct submissions that made it
@@ -147,7 +153,7 @@ class StudentStats:
     mastered: bool | None  # None: the lesson has no mastery questions, or no grade
     attempts: int
     stuck: bool
-    stuck_on: list[str]  # "cell: mistake"
+    stuck_on: list[str]  # "cell: mistake" (the mistake's label, as everywhere a student is named)
     mistakes_now: list[str]  # "cell: mistake", from the current submission
     seconds: float | None  # grading time of the current submission(s)
     seconds_total: float  # grading time of every recorded grading
@@ -336,6 +342,7 @@ def attempts_of(entries, cells: list[Cell]) -> dict[str, list[Attempt]]:
     checks = cell_of_check(cells)
     out: dict[str, list[Attempt]] = defaultdict(list)
     for (student, notebook, submission), entry in latest.items():
+        said = mistakes_in(entry, notebook, checks)
         out[student].append(
             Attempt(
                 student=student,
@@ -343,8 +350,9 @@ def attempts_of(entries, cells: list[Cell]) -> dict[str, list[Attempt]]:
                 submission=submission,
                 at=float(entry.get("at") or 0.0),
                 seconds=float(entry.get("seconds") or 0.0),
-                mistakes=mistakes_in(entry, notebook, checks),
+                mistakes=set(said),
                 repaired=[str(n) for n in entry.get("repaired") or [] if isinstance(n, str)],
+                said=said,
             )
         )
     return dict(out)
@@ -362,17 +370,35 @@ def cell_of_check(cells: list[Cell]) -> dict[tuple[str, str], str]:
     return out
 
 
-def mistakes_in(entry: dict, notebook: str, checks: dict) -> set[tuple[str, str]]:
-    """The (cell key, mistake) pairs of one graded notebook's failed verdicts."""
-    found = set()
+def mistakes_in(entry: dict, notebook: str, checks: dict) -> dict[tuple[str, str], str]:
+    """The (cell key, mistake) pairs of one graded notebook's failed verdicts, each with the
+    diagnosis that named it."""
+    found = {}
     for verdict in entry.get("verdicts", []):
         mistake = verdict.get("mistake") or ""
         if verdict.get("passed") or not mistake:
             continue
         name, grade_id = str(verdict.get("name")), verdict.get("grade_id")
         cell = checks.get((notebook, "#" + grade_id)) if grade_id else None
-        found.add((cell or checks.get((notebook, name), f"test_{name}"), str(mistake)))
+        pair = (cell or checks.get((notebook, name), f"test_{name}"), str(mistake))
+        found[pair] = str(verdict.get("message") or mistake)
     return found
+
+
+def labels_of(attempts: dict[str, list[Attempt]]) -> dict[tuple[str, str], str]:
+    """(cell key, mistake) → its label: the key with every particular that all the
+    submissions making it say alike put back (:func:`history.mistake_label`)."""
+    said: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for student_attempts in attempts.values():
+        for attempt in student_attempts:
+            for pair, message in attempt.said.items():
+                said[pair].append(message)
+    return {pair: history.mistake_label(messages) for pair, messages in said.items()}
+
+
+def listed(pairs, labels: dict[tuple[str, str], str]) -> list[str]:
+    """``"cell: mistake"`` for each pair, in order, the mistake by its label."""
+    return [f"{cell}: {labels.get((cell, mistake), mistake)}" for cell, mistake in sorted(pairs)]
 
 
 def stuck_on(attempts: list[Attempt], after: int = STUCK_AFTER) -> list[tuple[str, str]]:
@@ -434,8 +460,12 @@ def unbegun_by_cell(attempts: dict[str, list[Attempt]]) -> Counter:
     )
 
 
-def mistake_stats(lesson: str, attempts: dict[str, list[Attempt]]) -> list[MistakeStats]:
-    """Per (cell, mistake): students making it now, students who ever made it, submissions."""
+def mistake_stats(
+    lesson: str, attempts: dict[str, list[Attempt]], labels: dict | None = None
+) -> list[MistakeStats]:
+    """Per (cell, mistake): its label (:func:`labels_of`), students making it now, students who
+    ever made it, submissions."""
+    labels = labels_of(attempts) if labels is None else labels
     now, ever, submissions = Counter(), Counter(), Counter()
     for student_attempts in attempts.values():
         now.update(current(student_attempts))
@@ -443,8 +473,9 @@ def mistake_stats(lesson: str, attempts: dict[str, list[Attempt]]) -> list[Mista
         for attempt in student_attempts:
             submissions.update(attempt.mistakes)
     rows = [
-        MistakeStats(lesson, cell, mistake, now[(cell, mistake)], ever[(cell, mistake)],
-                     submissions[(cell, mistake)], not_begun(mistake))
+        MistakeStats(lesson, cell, mistake, labels.get((cell, mistake), mistake),
+                     now[(cell, mistake)], ever[(cell, mistake)], submissions[(cell, mistake)],
+                     not_begun(mistake))
         for cell, mistake in ever
     ]  # fmt: skip
     return sorted(rows, key=lambda m: (m.not_attempted, -m.students_now, -m.students_ever,
@@ -458,9 +489,11 @@ def named(report: LessonReport, exercise: str | None = None) -> list[MistakeStat
 
 
 def student_stats(
-    lesson, student, cells, grades, attempts, after=STUCK_AFTER, late=(0.0, 0.0)
+    lesson, student, cells, grades, attempts, after=STUCK_AFTER, late=(0.0, 0.0), labels=None
 ) -> StudentStats:
-    """One student's row: score, mastery, attempts, stuck, grading time, lateness."""
+    """One student's row: score, mastery, attempts, stuck, grading time, lateness (mistakes by
+    their ``labels``, :func:`labels_of`)."""
+    labels = labels or {}
     graded = grades is not None
     grades = grades or {}
     score = round(sum(grades.values()), 6) if graded else None
@@ -480,8 +513,8 @@ def student_stats(
         mastered=mastered(mastery_score, mastery_max) if graded else None,
         attempts=max((len(a) for a in notebooks.values()), default=0),
         stuck=bool(stuck),
-        stuck_on=[f"{cell}: {mistake}" for cell, mistake in stuck],
-        mistakes_now=[f"{cell}: {mistake}" for cell, mistake in sorted(current(attempts))],
+        stuck_on=listed(stuck, labels),
+        mistakes_now=listed(current(attempts), labels),
         seconds=round(sum(a[-1].seconds for a in notebooks.values()), 3) if notebooks else None,
         seconds_total=round(sum(a.seconds for a in attempts), 3),
         set_back=[note for a in notebooks.values() for note in a[-1].repaired],
@@ -491,8 +524,11 @@ def student_stats(
     )
 
 
-def attempt_stats(lesson: str, attempts: dict[str, list[Attempt]]) -> list[AttemptStats]:
+def attempt_stats(
+    lesson: str, attempts: dict[str, list[Attempt]], labels: dict | None = None
+) -> list[AttemptStats]:
     """Every student's distinct submissions of each notebook, in turn (see :class:`Attempt`)."""
+    labels = labels_of(attempts) if labels is None else labels
     return [
         AttemptStats(
             lesson=lesson,
@@ -501,7 +537,7 @@ def attempt_stats(lesson: str, attempts: dict[str, list[Attempt]]) -> list[Attem
             attempt=n,
             graded=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a.at)),
             seconds=round(a.seconds, 3),
-            mistakes=[f"{cell}: {mistake}" for cell, mistake in sorted(a.mistakes)],
+            mistakes=listed(a.mistakes, labels),
             set_back=list(a.repaired),
         )
         for student in sorted(attempts)
@@ -532,19 +568,27 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
     attempts = attempts_of(history.entries(course, lesson), cells)
     students = sorted(set(scores) | set(attempts))
     unbegun = unbegun_by_cell(attempts)
+    labels = labels_of(attempts)
     return LessonReport(
         lesson=lesson,
         cells=cells,
         exercises=[exercise_stats(lesson, cell, scores, unbegun[cell.key]) for cell in cells],
-        mistakes=mistake_stats(lesson, attempts),
+        mistakes=mistake_stats(lesson, attempts, labels),
         students=[
             student_stats(
-                lesson, s, cells, scores.get(s), attempts.get(s, []), after, late.get(s, (0.0, 0.0))
+                lesson,
+                s,
+                cells,
+                scores.get(s),
+                attempts.get(s, []),
+                after,
+                late.get(s, (0.0, 0.0)),
+                labels,
             )
             for s in students
         ],
         stuck_after=after,
-        attempts=attempt_stats(lesson, attempts),
+        attempts=attempt_stats(lesson, attempts, labels),
     )
 
 
@@ -593,7 +637,7 @@ def text_summary(reports: list[LessonReport]) -> str:
                  "top mistake now")]  # fmt: skip
         for e in report.exercises:
             top = [m for m in named(report, e.exercise) if m.students_now]
-            note = f"{_label(top[0].mistake, 60)} ({top[0].students_now})" if top else ""
+            note = f"{_label(top[0].label, 60)} ({top[0].students_now})" if top else ""
             rows.append((e.exercise, f"{e.max_score:g}", str(e.full), str(e.partial),
                          str(e.zero), str(e.not_attempted), note))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
@@ -740,7 +784,7 @@ def plot_mistakes(report: LessonReport, top: int = 12) -> str | None:
     now = [m.students_now for m in rows]
     ax.barh(range(len(rows)), ever, color=COLOURS["ever"], label="ever")
     ax.barh(range(len(rows)), now, height=0.5, color=COLOURS["now"], label="now")
-    labels = [_label(f"{m.exercise}: {m.mistake}", 60) for m in rows]
+    labels = [_label(f"{m.exercise}: {m.label}", 60) for m in rows]
     ax.set_yticks(range(len(rows)), labels, parse_math=False, fontsize="small")
     ax.set_xlabel("students")
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -886,7 +930,7 @@ def html_exercise(report: LessonReport, e: ExerciseStats) -> str:
     table = _table(["score", "students"], rows, "exercise-table",
                    f' data-exercise="{esc(e.exercise)}"')  # fmt: skip
     listed = "".join(
-        f"<li><code>{esc(m.mistake)}</code>: {m.students_now} now, {m.students_ever} ever</li>"
+        f"<li><code>{esc(m.label)}</code>: {m.students_now} now, {m.students_ever} ever</li>"
         for m in named(report, e.exercise)
     )
     tag = " · mastery question" if e.mastery else ""
@@ -903,7 +947,7 @@ def html_exercise(report: LessonReport, e: ExerciseStats) -> str:
 
 def html_mistakes(report: LessonReport) -> str:
     rows = [
-        f"<tr><td>{esc(m.exercise)}</td><td><code>{esc(m.mistake)}</code></td>"
+        f"<tr><td>{esc(m.exercise)}</td><td><code>{esc(m.label)}</code></td>"
         f'<td class="num">{m.students_now}</td><td class="num">{m.students_ever}</td>'
         f'<td class="num">{m.submissions}</td></tr>'
         for m in named(report)

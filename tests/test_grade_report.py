@@ -152,8 +152,8 @@ def test_learner_text_is_escaped_in_the_page_and_defused_in_the_csv(tmp_path):
         "L", "<script>alert(1)</script>", 1.0, 3.0, {"test_softmax": 0.0, "test_q1": 1.0}, 1.0,
         1.0, True, 1, False, [], ["test_softmax: raised <b>Bold</b>"], 1.5, 1.5,
     )  # fmt: skip
-    mistake = report.MistakeStats("L", "test_softmax", 'could not be checked: "<img src=x>"', 1,
-                                  1, 1)  # fmt: skip
+    mistake = report.MistakeStats("L", "test_softmax", "could not be checked: (…)",
+                                  'could not be checked: ("<img src=x>")', 1, 1, 1)  # fmt: skip
     lesson = report.LessonReport("L<i>", CELLS, [
         report.exercise_stats("L", c, {student.student: student.cells}) for c in CELLS
     ], [mistake], [student])  # fmt: skip
@@ -380,8 +380,8 @@ def test_mistakes_now_are_the_lost_points_and_counts_match_the_students(graded_c
         lost = {cell for cell, score in scores[student].items() if score < most[cell]}
         assert cells == lost, student
     rows = {(m["exercise"], m["mistake"]): m for m in lesson["mistakes"]}
-    for (cell, mistake), row in rows.items():
-        assert row["students_now"] == sum(f"{cell}: {mistake}" in m for m in now.values())
+    for (cell, _), row in rows.items():
+        assert row["students_now"] == sum(f"{cell}: {row['label']}" in m for m in now.values())
     on = {cell: {s for s, m in now.items() if any(x.startswith(f"{cell}: ") for x in m)}
           for cell in most}  # fmt: skip
     assert on["test_attention"] == {"blank", "scale-dk", SESSIONS}
@@ -394,6 +394,38 @@ def test_mistakes_now_are_the_lost_points_and_counts_match_the_students(graded_c
     # wrong-axis's softmax, fixed since (the exercises calling it were judged with the course's)
     assert {r["exercise"] for r in gone} == {"test_softmax"}
     assert all((r["students_ever"], r["submissions"]) == (1, 2) for r in gone)
+
+
+@slow
+def test_a_mistake_reads_as_its_diagnoses_say_it_everywhere(graded_class, capsys):
+    # scale-dk's three submissions were told the same sentence: the report says it so, not as
+    # its key with the particulars taken out ("sqrt(…)")
+    lesson = lesson_of(graded_class["data"])
+    told = {
+        v["message"]
+        for entry in history.entries(graded_class["course"], LESSON)
+        if entry["student"] == "scale-dk"
+        for v in entry["verdicts"]
+        if v["grade_id"] == "test_attention" and not v["passed"]
+    }
+    (message,) = told
+    (row,) = [m for m in lesson["mistakes"] if m["exercise"] == "test_attention"
+              and message.startswith(m["label"])]  # fmt: skip
+    assert "d_k" in row["label"] and "…" not in row["label"] and "#" not in row["label"]
+    assert row["mistake"] == history.mistake_key(message) != row["label"]
+    said = f"test_attention: {row['label']}"
+    students = {s["student"]: s for s in lesson["students"]}
+    assert students["scale-dk"]["stuck_on"] == [said]
+    assert all(said in a["mistakes"] for a in lesson["attempts"] if a["student"] == "scale-dk")
+
+    assert cli.main(["report", LESSON, "--course", str(graded_class["course"])]) == 0
+    text = capsys.readouterr().out
+    assert f"stuck: scale-dk ({said})" in text and row["mistake"] not in text
+    page = (graded_class["out"] / "report.html").read_text(encoding="utf-8")
+    named = page.split('<table class="mistakes">')[1].split("</table>")[0]
+    assert f"<code>{row['label']}</code>" in named and row["mistake"] not in page
+    # stuck on it (students to talk to, all students), and in each of the three attempts
+    assert page.count(f"<code>{said}</code>") == 2 + 3
 
 
 @slow
