@@ -8,17 +8,26 @@ thread of its own (:func:`autograder.pool.warm`). Without it a worker would star
 its first submission arrived, seconds after the batch had started. When the batch ends it
 unregisters the plugin, and each worker closes the spares no thread took.
 
+A batch that is killed (SIGKILL, a closed terminal, the out-of-memory killer) runs no code to
+unregister it. :class:`Leash`, registered on the scheduler beside it, does that as the batch's
+client leaves, however it leaves; without it, workers that joined later would go on warming
+templates for a batch that is gone. A scheduler that cannot load this module (one without the
+course installed) refuses the leash, and the batch grades as before, the plugin then replaced by
+the next batch of the lesson.
+
 Nothing here reaches a sandbox: the templates are the same programs every grading starts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 
-from distributed import WorkerPlugin
+from distributed import SchedulerPlugin, WorkerPlugin
 
 log = logging.getLogger(__name__)
+_PENDING: set[asyncio.Task] = set()  # the event loop holds its tasks weakly
 
 
 class Warm(WorkerPlugin):
@@ -41,3 +50,24 @@ class Warm(WorkerPlugin):
         from .template import drop_spares
 
         drop_spares(self.lesson, self.isolation)
+
+
+class Leash(SchedulerPlugin):
+    """On the scheduler: unregister the worker plugin ``warming`` when the client ``owner`` (the
+    batch that registered it) leaves. Named after the plugin, so a later batch of the lesson,
+    which replaces the plugin, replaces its leash too."""
+
+    def __init__(self, warming: str, owner: str):
+        self.warming, self.owner = warming, owner
+        self.name = f"{warming}-leash"
+
+    def remove_client(self, scheduler, client: str) -> None:
+        if client != self.owner:
+            return
+        scheduler.remove_plugin(name=self.name)
+        if self.warming in scheduler.worker_plugins:  # not unregistered by the batch itself
+            task = asyncio.get_running_loop().create_task(
+                scheduler.unregister_worker_plugin(None, self.warming)
+            )
+            _PENDING.add(task)
+            task.add_done_callback(_PENDING.discard)

@@ -241,9 +241,13 @@ class DaskPool:
     def _warm(self) -> None:
         """Have every worker, and every worker that joins during the batch, start its templates
         now (:mod:`autograder.dask_warm`)."""
-        from .dask_warm import Warm
+        from .dask_warm import Leash, Warm
 
         self.warming = Warm(*self.task)
+        leash = Leash(self.warming.name, self.client.id)  # first: a batch killed at once is held
+        # A scheduler without the course installed refuses the leash: the batch grades as before.
+        with contextlib.suppress(Exception):
+            self.client.register_plugin(leash, name=leash.name)
         # Workers that cannot load it cannot grade either: their first submission says why.
         with contextlib.suppress(Exception):
             self.client.register_plugin(self.warming, name=self.warming.name)

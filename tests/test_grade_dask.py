@@ -358,3 +358,43 @@ def test_workers_warm_a_template_per_thread_when_a_batch_starts_and_as_they_join
     finally:
         client.close()
         cluster.close()
+
+
+def test_a_killed_batch_leaves_no_worker_warming_for_it(tmp_path):
+    """A batch killed before it closes (SIGKILL: no ``finally`` runs) still takes its warm-up
+    off the cluster: the scheduler drops the batch's plugin as the batch's client leaves, so a
+    worker that joins later starts no template for a batch that is gone, and the spares no
+    thread took are closed."""
+    from distributed import Client, LocalCluster
+
+    course = make_course(tmp_path, [LESSON])
+    _class(course)
+    cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                           host="127.0.0.1", dashboard_address=None,
+                           scheduler_kwargs=QUIET_SCHEDULER)  # fmt: skip
+    client = Client(cluster)
+    plugins = cluster.scheduler.worker_plugins
+    try:
+        (first,) = client.run(os.getpid).values()
+        batch = _batch(course, "--dask", cluster.scheduler_address)
+        try:
+            assert _until(lambda: len(_templates_of(first)) == 2, 120), _templates_of(first)
+            assert any(name.startswith("attn-grade-warm-") for name in plugins), list(plugins)
+            assert batch.poll() is None, "the batch ended before it could be killed"
+        finally:
+            batch.kill()  # as an instructor's closed terminal or the OOM killer would
+            batch.communicate(timeout=60)
+        assert _until(lambda: not any(n.startswith("attn-grade-warm-") for n in plugins), 30), list(
+            plugins
+        )
+        # the spares go; a template a thread was grading with, if any, stays for the next batch
+        assert _until(lambda: len(_templates_of(first)) < 2, 60), _templates_of(first)
+
+        cluster.scale(2)
+        client.wait_for_workers(2, timeout=120)
+        (joined,) = set(client.run(os.getpid).values()) - {first}
+        time.sleep(10)  # a joining worker's warm-up shows within seconds (the test above)
+        assert not _templates_of(joined)
+    finally:
+        client.close()
+        cluster.close()
