@@ -3,10 +3,12 @@
 Every way of grading into a course (``attn-grade batch``, plain ``nbgrader autograde`` with the
 course's configuration) appends to ``COURSE/.attn-grade/history.jsonl`` from the trusted side,
 where the gradebook is written: who, which notebook, which submission (a fingerprint of it),
-when, how long it took, and every verdict with its *mistake* — the diagnosis with the numbers,
-shapes and quoted learner text taken out, so the same mistake made by two students (or twice by
-one) has the same key. nbgrader's gradebook keeps only the last grade; this keeps every attempt,
-which is what class analytics needs (:mod:`autograder.report`).
+when, how long it took, and every verdict with its diagnosis and its *mistake* — the diagnosis
+with the numbers, shapes and quoted learner text taken out, so the same mistake made by two
+students (or twice by one) has the same key. Reports show a mistake by its *label*
+(:func:`mistake_label`): the key with what all its diagnoses say alike put back. nbgrader's
+gradebook keeps only the last grade; this keeps every attempt, which is what class analytics
+needs (:mod:`autograder.report`).
 """
 
 from __future__ import annotations
