@@ -38,6 +38,7 @@ import os
 import re
 import sys
 import time
+import types
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -398,14 +399,14 @@ RESECRET = (
 
 def penalty_rule(app: AutogradeApp) -> str | None:
     """The late penalty nbgrader applies now, as text: the plugin ``AssignLatePenalties`` builds,
-    with its configured values (``LateSubmissionPlugin(penalty_method='zero')``). None if it
-    cannot be built: then nbgrader cannot grade either, and says why.
+    with its configured values (``LateSubmissionPlugin(penalty_method='zero')``), and for a
+    course's own plugin a fingerprint of its code (``Docked() code 1f0c…``, :func:`own_code`).
+    None if it cannot be built: then nbgrader cannot grade either, and says why.
 
     Like the due date, the penalty is decided when a notebook is graded. The batch keeps the rule
     it graded each student with (the journal's ``penalty``), and when the rule has changed since,
     every student who was late then is graded again (nobody on time: nbgrader asks the plugin
-    only about late submissions). A change to a plugin's code, not its configuration, is not
-    seen: ``--force``."""
+    only about late submissions)."""
     from nbgrader.preprocessors import AssignLatePenalties
 
     try:
@@ -417,7 +418,52 @@ def penalty_rule(app: AutogradeApp) -> str | None:
     values = ", ".join(
         f"{k}={getattr(plugin, k)!r}" for k in sorted(plugin.trait_names(config=True))
     )
-    return f"{type(plugin).__name__}({values})"
+    code = own_code(type(plugin))
+    return f"{type(plugin).__name__}({values})" + (f" code {code}" if code else "")
+
+
+LIBRARIES = ("nbgrader.", "traitlets.")  # their plugins' code changes only with a new version
+
+
+def own_code(plugin: type) -> str:
+    """A fingerprint of what a course's own late-penalty plugin runs: the methods and plain
+    values of each of its classes that is not nbgrader's or traitlets' (one defined in
+    ``nbgrader_config.py`` included), by their bytecode, names and constants, not by where they
+    lie in their file or by their docstrings. "" for nbgrader's own plugins. Code the methods
+    call outside their classes is not in it: a change there needs ``--force``."""
+    own = [k for k in plugin.__mro__ if k is not object and not k.__module__.startswith(LIBRARIES)]
+    if not own:
+        return ""
+    digest = hashlib.sha256()
+    for klass in own:
+        digest.update(klass.__qualname__.encode() + b"\0")
+        for name, value in sorted(vars(klass).items()):
+            if name == "__doc__":
+                continue
+            digest.update(name.encode() + b"\0" + _code_of(value) + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _code_of(value: object, doc: object = None) -> bytes:
+    """The part of a class attribute that decides what it does (see :func:`own_code`); ``doc``:
+    a function's docstring, left out of its code's constants."""
+    if isinstance(value, staticmethod | classmethod):
+        value = value.__func__
+    if isinstance(value, property):
+        return b"|".join(_code_of(f) for f in (value.fget, value.fset, value.fdel))
+    if isinstance(value, types.FunctionType):
+        defaults = b"".join(map(_code_of, value.__defaults__ or ()))
+        return _code_of(value.__code__, value.__doc__) + defaults
+    if isinstance(value, types.CodeType):
+        consts = b",".join(_code_of(c) for c in value.co_consts if doc is None or c is not doc)
+        return value.co_code + repr(value.co_names).encode() + b"[" + consts + b"]"
+    if isinstance(value, tuple):
+        return b"(" + b",".join(map(_code_of, value)) + b")"
+    if isinstance(value, frozenset | set):  # in sorted order: a set's own depends on PYTHONHASHSEED
+        return b"{" + b",".join(sorted(map(_code_of, value))) + b"}"
+    if isinstance(value, int | float | complex | str | bytes | type(None) | type(Ellipsis)):
+        return repr(value).encode()
+    return b""  # a trait: its value is in the rule's settings
 
 
 def _rerated(entry: dict, rule: str | None) -> bool:

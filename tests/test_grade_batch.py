@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 from types import SimpleNamespace
@@ -22,7 +23,7 @@ from test_grade_students import STUDENTS, student_notebook, submit, submit_all
 from traitlets import Float
 from traitlets.config import Config
 
-from autograder.batch import Journal, penalty_rule
+from autograder.batch import Journal, own_code, penalty_rule
 
 LESSONS = ["01-scoring", "02-softmax-masking"]
 pytestmark = [pytest.mark.slow, pytest.mark.lesson01, pytest.mark.lesson02]
@@ -435,6 +436,50 @@ def test_a_new_late_penalty_grades_again_exactly_the_students_who_were_late(tmp_
     assert {r["status"] for r in fourth.values()} == {"skipped"} and "again" not in said
 
 
+DOCKED = """
+from nbgrader.plugins import LateSubmissionPlugin
+{moved}
+
+class Docked(LateSubmissionPlugin):
+    def late_submission_penalty(self, student_id, score, total_seconds_late):
+        return {points}
+
+
+c.AssignLatePenalties.plugin_class = Docked
+"""
+
+
+def test_a_fix_to_the_courses_own_penalty_plugin_grades_the_late_students_again(tmp_path):
+    """A course's own late-penalty plugin (here in ``nbgrader_config.py``) whose code changes,
+    its name and settings the same: a rerun grades again each student who was late, and nobody
+    on time. The same code moved down its file is no change."""
+    lesson = "01-scoring"
+    edits = {"on-time": {}, "late": {}}
+    course = late_class(tmp_path / "course", lesson, edits, penalty=None)
+    config = course / "nbgrader_config.py"
+    base = config.read_text(encoding="utf-8")
+
+    config.write_text(base + DOCKED.format(moved="", points=1.0), encoding="utf-8")
+    first, _ = batch_json(course, lesson)
+    raw = {s: r["raw_score"] for s, r in first.items()}
+    assert first["late"]["late_submission_penalty"] == 1.0
+    assert first["on-time"]["late_submission_penalty"] == 0.0
+
+    config.write_text(base + DOCKED.format(moved="", points=2.0), encoding="utf-8")  # the fix
+    second, said = batch_json(course, lesson)
+    assert {s: r["status"] for s, r in second.items()} == {"on-time": "skipped", "late": "graded"}
+    assert "grading 1 late student(s) again, as the late penalty changed" in said
+    assert second["late"]["problems"][0] == "graded again: a new late penalty"
+    assert second["late"]["late_submission_penalty"] == 2.0
+    assert {s: r["score"] for s, r in second.items()} == exported(course) == {
+        "on-time": raw["on-time"], "late": raw["late"] - 2.0}  # fmt: skip
+
+    moved = "\n# the course's late rule, as the syllabus states it\n" * 3
+    config.write_text(base + DOCKED.format(moved=moved, points=2.0), encoding="utf-8")
+    third, said = batch_json(course, lesson)
+    assert {r["status"] for r in third.values()} == {"skipped"} and "again" not in said
+
+
 class PerHour(LateSubmissionPlugin):
     """A plugin of an instructor's own: a point off per hour late."""
 
@@ -462,11 +507,57 @@ def test_the_late_penalty_rule_names_the_plugin_and_every_setting_that_changes_a
         "LateSubmissionPlugin(penalty_method='zero')"
     )
     mine = {"plugin_class": PerHour}
-    assert rule(AssignLatePenalties=mine) == "PerHour(penalty_method='none', per_hour=1.0)"
+    code = own_code(PerHour)
+    assert re.fullmatch("[0-9a-f]{12}", code)
+    assert rule(AssignLatePenalties=mine) == (
+        f"PerHour(penalty_method='none', per_hour=1.0) code {code}"
+    )
     assert rule(AssignLatePenalties=mine, PerHour={"per_hour": 0.5}) == (
-        "PerHour(penalty_method='none', per_hour=0.5)"
+        f"PerHour(penalty_method='none', per_hour=0.5) code {code}"
     )
     assert rule(AssignLatePenalties={"plugin_class": Broken}) is None
+
+    # the code of a course's own plugin: what its methods do, not where they lie or its traits'
+    # values (those are its settings, above)
+    class Same(LateSubmissionPlugin):
+        per_hour = Float(2.0).tag(config=True)
+
+        def late_submission_penalty(self, student_id, score, total_seconds_late):
+            return self.per_hour * total_seconds_late / 3600
+
+    class Doubled(LateSubmissionPlugin):
+        per_hour = Float(1.0).tag(config=True)
+
+        def late_submission_penalty(self, student_id, score, total_seconds_late):
+            return 2 * self.per_hour * total_seconds_late / 3600
+
+    class Capped(PerHour):
+        most = 5
+
+    class CappedLower(PerHour):
+        most = 4
+
+    for klass in (Same, Doubled, Capped, CappedLower):
+        klass.__qualname__ = "PerHour"
+    assert own_code(Same) == code != own_code(Doubled)
+    assert own_code(Capped) not in (code, own_code(CappedLower))
+    assert own_code(LateSubmissionPlugin) == ""  # nbgrader's own
+
+    # the same in every process: a set in the code is read in one order whatever the hash seed
+    plugin = (
+        "from nbgrader.plugins import LateSubmissionPlugin\n"
+        "from autograder.batch import own_code\n"
+        "class Listed(LateSubmissionPlugin):\n"
+        "    def late_submission_penalty(self, student_id, score, total_seconds_late):\n"
+        "        return 0 if student_id in {'ann', 'bo', 'cy', 'dee', 'eve'} else 1\n"
+        "print(own_code(Listed))\n"
+    )
+    seen = {
+        subprocess.run([str(BIN / "python"), "-c", plugin], capture_output=True, text=True,
+                       env={**env(), "PYTHONHASHSEED": seed}, check=True).stdout
+        for seed in ("1", "2", "3")
+    }  # fmt: skip
+    assert len(seen) == 1 and re.fullmatch("[0-9a-f]{12}\n", seen.pop())
 
 
 def test_one_student_or_a_glob_of_them_is_graded_and_given_feedback_alone(tmp_path):
