@@ -108,9 +108,13 @@ class Attempt:
     submission: str
     at: float
     seconds: float
-    mistakes: set[tuple[str, str]]  # (cell key, mistake)
+    said: dict[tuple[str, str], str]  # (cell key, mistake) → the diagnosis that named it
     repaired: list[str] = field(default_factory=list)  # course cells set back (autograder.cells)
-    said: dict[tuple[str, str], str] = field(default_factory=dict)  # mistake → its diagnosis
+
+    @property
+    def mistakes(self) -> set[tuple[str, str]]:
+        """(cell key, mistake) of each failed verdict."""
+        return set(self.said)
 
 
 @dataclass
@@ -342,7 +346,6 @@ def attempts_of(entries, cells: list[Cell]) -> dict[str, list[Attempt]]:
     checks = cell_of_check(cells)
     out: dict[str, list[Attempt]] = defaultdict(list)
     for (student, notebook, submission), entry in latest.items():
-        said = mistakes_in(entry, notebook, checks)
         out[student].append(
             Attempt(
                 student=student,
@@ -350,9 +353,8 @@ def attempts_of(entries, cells: list[Cell]) -> dict[str, list[Attempt]]:
                 submission=submission,
                 at=float(entry.get("at") or 0.0),
                 seconds=float(entry.get("seconds") or 0.0),
-                mistakes=set(said),
+                said=mistakes_in(entry, notebook, checks),
                 repaired=[str(n) for n in entry.get("repaired") or [] if isinstance(n, str)],
-                said=said,
             )
         )
     return dict(out)
@@ -582,9 +584,9 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
                 scores.get(s),
                 attempts.get(s, []),
                 after,
-                late.get(s, (0.0, 0.0)),
-                labels,
-            )
+                late=late.get(s, (0.0, 0.0)),
+                labels=labels,
+            )  # fmt: skip
             for s in students
         ],
         stuck_after=after,
