@@ -28,6 +28,7 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import tempfile
 import threading
 
 from .limits import Limits
@@ -212,7 +213,7 @@ class DaskPool:
         from distributed.comm import resolve_address
 
         self.task = (lesson, isolation)
-        self.cluster = self.gateway_cluster = self.warming = None
+        self.cluster = self.gateway_cluster = self.warming = self.scratch = None
         if address.startswith("gateway://"):  # what a Gateway cluster prints as its address
             raise PoolError(
                 f"{address} is a Dask Gateway cluster's, reachable only with the credentials the "
@@ -224,17 +225,21 @@ class DaskPool:
             return
         if address.startswith("local:"):
             workers = int(address.split(":", 1)[1])
+            # Its scheduler's and workers' scratch space, removed with the cluster: Dask's own
+            # (TMPDIR/dask-scratch-space, shared by every cluster of the machine) would stay.
+            self.scratch = tempfile.TemporaryDirectory(prefix="attn-grade-dask-")
+            here = {"local_directory": self.scratch.name}
             self.cluster = LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True,
-                host="127.0.0.1", dashboard_address=None, scheduler_kwargs=QUIET_SCHEDULER,
+                host="127.0.0.1", dashboard_address=None,
+                scheduler_kwargs={**QUIET_SCHEDULER, **here}, **here,
             )  # fmt: skip
             address = self.cluster.scheduler_address
         try:
             resolve_address(address)  # malformed, or a host name that does not resolve: at once
             self.client = Client(address, set_as_default=False)
         except (OSError, ValueError) as error:  # out of reach (after Dask's timeout), malformed
-            if self.cluster is not None:
-                self.cluster.close()
+            self._close_cluster()
             raise PoolError(f"cannot reach the Dask scheduler at {address}: {error}") from None
         self._warm()
 
@@ -296,6 +301,13 @@ class DaskPool:
             self.client.unregister_worker_plugin(self.warming.name)
         self.client.close()
         self._close_gateway()
+        self._close_cluster()
+        self.client = None
+
+    def _close_cluster(self) -> None:
+        """Close the cluster of ``local:N`` and remove its scratch space."""
         if self.cluster is not None:
             self.cluster.close()
-        self.client = self.cluster = None
+        if self.scratch is not None:
+            self.scratch.cleanup()
+        self.cluster = self.scratch = None

