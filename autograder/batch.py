@@ -68,15 +68,7 @@ class Journal:
         folder = course / JOURNAL_DIR
         folder.mkdir(mode=0o700, exist_ok=True)
         self.path = folder / f"{lesson}.jsonl"
-        self.entries: dict[str, dict] = {}
-        if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill: that student is not done
-                if isinstance(entry, dict) and "student" in entry:
-                    self.entries[entry["student"]] = entry
+        self.entries = journal_entries(course, lesson)
 
     def done(self, student: str, stamp: str) -> bool:
         entry = self.entries.get(student)
@@ -102,6 +94,21 @@ class Journal:
         for student in students:
             if student in self.entries:
                 self.mark({"student": student, "status": "forced", "at": time.time()})
+
+
+def journal_entries(course: Path, lesson: str) -> dict[str, dict]:
+    """Each student's last line in the batch's journal of ``lesson`` (none if never run)."""
+    entries: dict[str, dict] = {}
+    path = Path(course) / JOURNAL_DIR / f"{lesson}.jsonl"
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a kill: that student is not done
+            if isinstance(entry, dict) and "student" in entry:
+                entries[entry["student"]] = entry
+    return entries
 
 
 def stamp_of(folder: Path) -> str:

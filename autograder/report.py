@@ -27,7 +27,9 @@ Per lesson it computes four tables:
   submissions), whether they are *stuck*, grading seconds, and the course cells their current
   submission had changed by accident and grading set back (:mod:`autograder.cells`: a copied,
   retyped or deleted cell; tell them to use a fresh copy of the lesson), and, with a due date,
-  how late they were, nbgrader's late penalty and the score after it (``nbgrader export``'s).
+  how late they were, nbgrader's late penalty and the score after it (``nbgrader export``'s),
+  and the cells nbgrader has no score for (*not graded*: the autograder could not grade the
+  notebook; see :func:`scores_of`), with the error the batch gave.
   The scores everywhere else are the points the answers earned, before any penalty: what the
   class learned, not what it was docked.
 
@@ -70,6 +72,7 @@ from attnlib.mastery import THRESHOLD
 from attnlib.quiz import NOT_ANSWERED
 
 from . import history, names
+from .submission import shown
 
 STUCK_AFTER = 3  # the same mistake in this many last distinct submissions
 MASTERY_CELL = re.compile(r"^test_q\d+$")
@@ -167,6 +170,9 @@ class StudentStats:
     seconds_late: float = 0.0
     late_submission_penalty: float = 0.0
     score_after_penalty: float | None = None
+    # cells nbgrader has no score for (see scores_of), and why, as the batch said it
+    not_graded: list[str] = field(default_factory=list)
+    not_graded_why: str = ""
 
 
 @dataclass
@@ -305,18 +311,27 @@ def source_order(coursedir, lesson: str) -> dict[str, list[str]]:
     return order
 
 
-def scores_of(gb, lesson: str, cells: list[Cell]) -> dict[str, dict[str, float]]:
-    """student → cell key → score, for every student with a submission of ``lesson``."""
+def scores_of(gb, lesson: str, cells: list[Cell]):
+    """``(scores, unscored)`` for every student with a submission of ``lesson``: student → cell
+    key → score, and student → the cell keys that nbgrader has no score for (the autograder could
+    not grade the notebook, and nobody has graded it by hand: nbgrader counts such a cell as 0
+    and formgrader shows it as needing a manual grade). A student with no score at all is left
+    out of ``scores``: not graded, where a 0 would read as a wrong answer."""
     keys = {(c.notebook, c.name): c.key for c in cells}
-    out: dict[str, dict[str, float]] = {}
+    scores: dict[str, dict[str, float]] = {}
+    unscored: dict[str, list[str]] = {}
     for submitted in gb.find_assignment(lesson).submissions:
-        grades = out.setdefault(submitted.student.id, {})
+        student = submitted.student.id
         for nb in submitted.notebooks:
             for grade in nb.grades:
                 key = keys.get((nb.name, grade.name))
-                if key is not None:
-                    grades[key] = float(grade.score or 0.0)
-    return out
+                if key is None:
+                    continue
+                if grade.auto_score is None and grade.manual_score is None:
+                    unscored.setdefault(student, []).append(key)
+                else:
+                    scores.setdefault(student, {})[key] = float(grade.score or 0.0)
+    return scores, unscored
 
 
 def lateness_of(gb, lesson: str) -> dict[str, tuple[float, float]]:
@@ -491,12 +506,21 @@ def named(report: LessonReport, exercise: str | None = None) -> list[MistakeStat
 
 
 def student_stats(
-    lesson, student, cells, grades, attempts, after=STUCK_AFTER, late=(0.0, 0.0), labels=None
+    lesson,
+    student,
+    cells,
+    grades,
+    attempts,
+    after=STUCK_AFTER,
+    late=(0.0, 0.0),
+    labels=None,
+    unscored=(),
+    why="",
 ) -> StudentStats:
     """One student's row: score, mastery, attempts, stuck, grading time, lateness (mistakes by
-    their ``labels``, :func:`labels_of`)."""
+    their ``labels``, :func:`labels_of`), the cells nbgrader has no score for and ``why``."""
     labels = labels or {}
-    graded = grades is not None
+    graded = bool(grades)
     grades = grades or {}
     score = round(sum(grades.values()), 6) if graded else None
     mastery_cells = [c for c in cells if c.mastery]
@@ -523,7 +547,18 @@ def student_stats(
         seconds_late=late[0],
         late_submission_penalty=late[1],
         score_after_penalty=max(0.0, round(score - late[1], 6)) if graded else None,
+        not_graded=list(unscored),
+        not_graded_why=why if unscored else "",
     )
+
+
+def why_not_graded(course: Path, lesson: str) -> dict[str, str]:
+    """student → the error the last ``attn-grade batch`` of ``lesson`` gave them (the journal's)."""
+    from .batch import journal_entries
+
+    return {student: str(entry.get("error") or "")
+            for student, entry in journal_entries(course, lesson).items()
+            if entry.get("status") in ("error", "refused")}  # fmt: skip
 
 
 def attempt_stats(
@@ -565,10 +600,11 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
         known = names.hint(lesson, (a.name for a in gb.assignments), "its lessons")
         raise ReportError(f"the gradebook has no lesson {lesson!r}; {known}") from error
     cells = cells_of(gb, lesson, source_order(coursedir, lesson))
-    scores = scores_of(gb, lesson, cells)
+    scores, unscored = scores_of(gb, lesson, cells)
     late = lateness_of(gb, lesson)
     attempts = attempts_of(history.entries(course, lesson), cells)
-    students = sorted(set(scores) | set(attempts))
+    students = sorted(set(scores) | set(unscored) | set(attempts))
+    why = why_not_graded(course, lesson)
     unbegun = unbegun_by_cell(attempts)
     labels = labels_of(attempts)
     return LessonReport(
@@ -586,6 +622,8 @@ def lesson_report(gb, course: Path, coursedir, lesson: str, after=STUCK_AFTER) -
                 after,
                 late=late.get(s, (0.0, 0.0)),
                 labels=labels,
+                unscored=unscored.get(s, []),
+                why=why.get(shown(s), ""),
             )  # fmt: skip
             for s in students
         ],
@@ -617,6 +655,7 @@ def summary(report: LessonReport) -> dict:
         "stuck": sum(s.stuck for s in report.students),
         "set_back": sum(bool(s.set_back) for s in report.students),
         "late": sum(s.seconds_late > 0 for s in report.students),
+        "not_graded": sum(bool(s.not_graded) for s in report.students),
     }
 
 
@@ -652,8 +691,18 @@ def text_summary(reports: list[LessonReport]) -> str:
             if student.set_back:
                 lines.append(f"  course cells set back: {student.student} "
                              f"({'; '.join(student.set_back)[:100]})")  # fmt: skip
+            if student.not_graded:
+                lines.append(f"  not graded: {student.student} ({not_graded(student)[:100]})")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def not_graded(s: StudentStats) -> str:
+    """Which of a student's cells nbgrader has no score for, and why (see :func:`scores_of`)."""
+    which = ", ".join(s.not_graded) if s.cells else "any cell"
+    why = s.not_graded_why or ("the autograder could not grade it: grade it by hand in "
+                               "formgrader, or grade the student again")  # fmt: skip
+    return f"no score for {which}: {why}"
 
 
 def as_json(course_id: str, reports: list[LessonReport]) -> str:
@@ -843,6 +892,7 @@ def html_summary(report: LessonReport) -> str:
         ("mastered", s["mastered"]),
         ("stuck", s["stuck"]),
         *([("late", s["late"])] if s["late"] else []),
+        *([("not graded", s["not_graded"])] if s["not_graded"] else []),
     ]
     cells = "".join(f'<div data-stat="{esc(k)}"><b>{esc(v)}</b>{esc(k)}</div>' for k, v in items)
     return f'<div class="summary">{cells}</div>'
@@ -852,6 +902,7 @@ def html_students(report: LessonReport) -> str:
     from .batch import lateness
 
     late = summary(report)["late"] > 0  # a column of its own only then, as in the batch's table
+    unscored = summary(report)["not_graded"] > 0  # the same
     rows = []
     for s in report.students:
         mastery = {True: '<span class="yes">yes</span>', False: '<span class="no">no</span>',
@@ -863,42 +914,49 @@ def html_students(report: LessonReport) -> str:
             + (f'<td class="num late">{esc(lateness(s))}</td>' if late else "")
             + f'<td class="num">{s.mastery_score:g} / {s.mastery_max:g}</td>'
             f'<td class="mastered">{mastery}</td><td class="num attempts">{s.attempts}</td>'
-            f'<td class="num">{_num(s.seconds)}</td>{_why_talk(s)}</tr>'
+            f'<td class="num">{_num(s.seconds)}</td>{_why_talk(s, unscored)}</tr>'
         )
     most = summary(report)["max_score"]
     stuck = f"stuck (same mistake {report.stuck_after}×)"
     header = ["student", f"score (of {most:g})", *(["late (penalty)"] if late else []),
               "mastery questions", "mastered", "attempts", "grading s", stuck,
-              "course cells set back"]  # fmt: skip
+              "course cells set back", *(["not graded"] if unscored else [])]  # fmt: skip
     return _table(header, rows, "students")
 
 
-def _why_talk(s: StudentStats) -> str:
-    """A student's two cells of what a conversation is about: the mistakes they are stuck on,
-    and the course cells their current submission had set back."""
+def _why_talk(s: StudentStats, unscored: bool = False) -> str:
+    """A student's cells of what a conversation is about: the mistakes they are stuck on, the
+    course cells their current submission had set back and (with ``unscored``) what nbgrader
+    has no score for."""
     stuck = "<br>".join(f"<code>{esc(x)}</code>" for x in s.stuck_on) if s.stuck else ""
     set_back = "<br>".join(esc(x) for x in s.set_back)
-    return f'<td class="stuck-on">{stuck}</td><td class="set-back">{set_back}</td>'
+    cells = f'<td class="stuck-on">{stuck}</td><td class="set-back">{set_back}</td>'
+    if unscored:
+        cells += f'<td class="not-graded">{esc(not_graded(s)) if s.not_graded else ""}</td>'
+    return cells
 
 
 def html_to_talk_to(report: LessonReport) -> str:
-    """The students a conversation helps more than another attempt: the stuck, and those whose
+    """The students a conversation helps more than another attempt: the stuck, those whose
     current submission had course cells set back (they are best told to use a fresh copy of the
-    lesson). A short table however large the class, above the table of every student."""
+    lesson), and those nbgrader has no score for. A short table however large the class, above
+    the table of every student."""
+    unscored = summary(report)["not_graded"] > 0
     rows = []
     for s in report.students:
-        if not (s.stuck or s.set_back):
+        if not (s.stuck or s.set_back or s.not_graded):
             continue
         rows.append(
             f'<tr data-student="{esc(s.student)}"><td>{esc(s.student)}</td>'
             f'<td class="num score">{_num(s.score)}</td><td class="num">{s.attempts}</td>'
-            f"{_why_talk(s)}</tr>"
+            f"{_why_talk(s, unscored)}</tr>"
         )
     if not rows:
         return "<p>Nobody is stuck, and no current submission had course cells set back.</p>"
     most = summary(report)["max_score"]
     stuck = f"stuck on (the same mistake {report.stuck_after}×)"
-    header = ["student", f"score (of {most:g})", "attempts", stuck, "course cells set back"]
+    header = ["student", f"score (of {most:g})", "attempts", stuck, "course cells set back",
+              *(["not graded"] if unscored else [])]  # fmt: skip
     return _table(header, rows, "talk") + html_stuck_attempts(report)
 
 

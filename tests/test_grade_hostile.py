@@ -398,3 +398,55 @@ def test_a_student_folder_with_an_ungradable_name_is_graded_neither_way(graded, 
             folder = course / top / name
             assert not folder.exists() or not any(folder.rglob("*")), (top, name)
     assert scores(course, HONEST[0]) == full(course)  # the check sees a graded student
+
+
+def test_the_class_report_names_every_graded_student_and_runs_none_of_their_text(
+    graded, chromium, tmp_path
+):
+    """``attn-grade report`` on the hostile class: every student graded, with the batch's score;
+    a student whose notebook could not be graded (not JSON: nbgrader keeps the submission, its
+    cells unscored) not counted as a 0, but named with the batch's error; the learners' text (a
+    cell's label with markup, odd names, errors) on its page as text, and the page, opened in
+    Chromium, runs nothing and asks for nothing beyond itself."""
+    from browser import launched
+    from playwright.sync_api import expect
+
+    course, page_file = graded["ours"], tmp_path / "report.html"
+    made = subprocess.run(
+        [str(BIN / "attn-grade"), "report", LESSON, "--course", str(course), "--json",
+         "--html", str(page_file)],
+        cwd=course, env=env(), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        timeout=300,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr[-3000:]
+    (lesson,) = json.loads(made.stdout)["lessons"]
+    reported = {s["student"]: s for s in lesson["students"]}
+    results = graded["ours", "results"]
+    scored = {s: r["score"] for s, r in results.items() if r["status"] == "graded"}
+    assert {s: row["score"] for s, row in reported.items() if row["score"] is not None} == scored
+    unscored = {s: row["not_graded_why"] for s, row in reported.items() if row["not_graded"]}
+    assert unscored == {"corrupted": results["corrupted"]["error"]}, unscored
+    assert reported["corrupted"]["score"] is None and "JSON" in unscored["corrupted"]
+    assert lesson["summary"]["not_graded"] == 1 and lesson["summary"]["graded"] == len(scored)
+    zeros = next(e for e in lesson["exercises"] if e["exercise"] == "test_attention")["zero"]
+    assert zeros == sum(reported[s]["cells"]["test_attention"] == 0 for s in scored)
+    html = page_file.read_text(encoding="utf-8")
+    assert "<script" not in html.lower() and "<b>mine" not in html
+    with launched(chromium) as browser:
+        page = browser.new_page()
+        dialogs, requests = [], []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(page_file.as_uri(), wait_until="load")
+        row = page.locator("table.students tr[data-student='renames-its-test-cell']")
+        expect(row.locator("td.set-back")).to_contain_text("labelled test_softmax_<b>mine</b>x")
+        talk = page.locator("table.talk tr[data-student='corrupted']")
+        expect(talk.locator("td.score")).to_have_text("–")
+        expect(talk.locator("td.not-graded")).to_contain_text("no score for any cell: ")
+        expect(talk.locator("td.not-graded")).to_contain_text(results["corrupted"]["error"])
+        expect(page.locator("[data-stat='not graded'] b")).to_have_text("1")
+        for name in ODD_NAMES:
+            expect(page.get_by_role("cell", name=name, exact=True)).to_have_count(1)
+        assert page.evaluate("window.ATTN_PWNED") is None
+    assert not dialogs, dialogs
+    assert all(url.startswith(("file:", "data:")) for url in requests), requests
