@@ -671,3 +671,45 @@ def test_an_extension_to_a_lesson_without_a_due_date_is_not_late(tmp_path):
         gb.find_assignment(LESSON).duedate = None
         gb.db.commit()
     assert due_dates(Course, LESSON)("alice") is None
+
+
+@pytest.mark.filterwarnings("ignore:Object of type <Submitted")  # nbgrader's add_submission
+def test_a_cell_nbgrader_has_no_score_for_is_not_graded_until_someone_grades_it(tmp_path):
+    """A notebook the autograder could not grade leaves nbgrader a submission whose cells have no
+    score (it counts them as 0, and formgrader shows them as needing a manual grade): the report
+    takes such a student as not graded, not as 0, and leaves them out of the distributions; a
+    cell graded by hand counts, and the cells still without a score are named."""
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url, "attention") as gb:
+        gb.add_assignment(LESSON)
+        gb.add_notebook(LESSON, LESSON)
+        for name, points in (("test_softmax", 2), ("test_q1", 1)):
+            gb.add_grade_cell(name, LESSON, LESSON, max_score=points, cell_type="code")
+        for student in ("alice", "bob"):
+            gb.add_student(student)
+            gb.add_submission(LESSON, student)
+        for name in ("test_softmax", "test_q1"):  # alice was autograded: right, then wrong
+            gb.find_grade(name, LESSON, LESSON, "alice").auto_score = {"test_q1": 0}.get(name, 2)
+        gb.db.commit()
+        assert gb.find_submission(LESSON, "bob").score == 0  # nbgrader's 0 for no score
+        cells = report.cells_of(gb, LESSON, {})
+        scores, unscored = report.scores_of(gb, LESSON, cells)
+        assert scores == {"alice": {"test_softmax": 2.0, "test_q1": 0.0}}
+        assert unscored == {"bob": ["test_softmax", "test_q1"]}
+        why = "NotJSONError: not a notebook"
+        bob = report.student_stats(
+            LESSON, "bob", cells, None, [], unscored=unscored["bob"], why=why
+        )
+        assert (bob.score, bob.mastered, bob.score_after_penalty) == (None, None, None)
+        assert report.not_graded(bob) == "no score for any cell: NotJSONError: not a notebook"
+        (q1,) = [cell for cell in cells if cell.key == "test_q1"]
+        zeros = report.exercise_stats(LESSON, q1, scores)
+        assert (zeros.exercise, zeros.students, zeros.zero) == ("test_q1", 1, 1)  # alice alone
+
+        gb.find_grade("test_softmax", LESSON, LESSON, "bob").manual_score = 1.5  # by hand
+        gb.db.commit()
+        scores, unscored = report.scores_of(gb, LESSON, cells)
+        assert scores["bob"] == {"test_softmax": 1.5} and unscored == {"bob": ["test_q1"]}
+        bob = report.student_stats(LESSON, "bob", cells, scores["bob"], [], unscored=["test_q1"])
+        assert bob.score == 1.5 and bob.not_graded == ["test_q1"]
+        assert report.not_graded(bob).startswith("no score for test_q1: the autograder could not")
