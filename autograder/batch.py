@@ -52,7 +52,7 @@ from nbgrader.coursedir import CourseDirectory
 from . import names, nbgrader_plugin, notebook_format, submission
 from .gradebook_engine import one_engine
 from .limits import Limits
-from .pool import Pool, start
+from .pool import Pool, PoolError, start
 
 JOURNAL_DIR = ".attn-grade"
 
@@ -298,13 +298,14 @@ def _run(
     bar = tqdm(total=len(todo), desc=f"grading {lesson}", unit="student",
                disable=not options.progress, leave=False)  # fmt: skip
     ahead: deque[_Todo] = deque()
+    recorded: set[str] = set()  # the students graded and journaled by this run
 
     def lookup(student: str, notebook: str, nb: dict, files: dict) -> dict | None:
         for item in ahead:
             if item.name == student and notebook in item.jobs:
                 fingerprint, future = item.jobs[notebook]
                 if fingerprint == nbgrader_plugin.fingerprint(nb, files):
-                    return future.result()
+                    return pool.outcome(future)  # None, the pool lost: graded here
         return None
 
     def grade(items: list[_Todo], window: int, final: bool) -> list[tuple[_Todo, StudentResult]]:
@@ -333,13 +334,16 @@ def _run(
             forget(item.name)
             graded.append((item, result))
             bar.update(1)
-            if result.crowded and not final:
-                continue
-            journal.mark({
-                "student": result.student, "status": result.status, "stamp": item.stamp,
-                "due": item.due, "penalty": rule, "secret": secret, **_grade_of(result.as_dict()),
-                "error": result.error, "at": time.time(),
-            })  # fmt: skip
+            if not (result.crowded and not final):
+                journal.mark({
+                    "student": result.student, "status": result.status, "stamp": item.stamp,
+                    "due": item.due, "penalty": rule, "secret": secret,
+                    **_grade_of(result.as_dict()), "error": result.error, "at": time.time(),
+                })  # fmt: skip
+                recorded.add(item.name)
+            if pool.lost:  # the student in hand was graded here; the rest wait for a rerun
+                left = len(todo) - len(recorded)
+                raise PoolError(LOST.format(lost=pool.lost, n=len(recorded), left=left))
 
     try:
         with (
@@ -365,6 +369,10 @@ def _run(
     return sorted(results, key=lambda r: r.student)
 
 
+LOST = (
+    "{lost}: {n} student(s) graded, {left} not yet; run the batch again to grade them (those "
+    "graded are kept)"
+)
 MOVED = (
     "attn-grade batch: grading {n} student(s) again, whose due date changed since they were "
     "graded (a new due date for the lesson, or an extension): {who}"
@@ -532,10 +540,9 @@ def _prefetch(
             # unless nbformat would not take the notebook
             item.refused += notebook_format.file_problems(path)
             continue
-        item.jobs[path.stem] = (
-            nbgrader_plugin.fingerprint(nb, files),
-            pool.submit(limits, json.dumps(nb), files, item.name),
-        )
+        future = pool.send(limits, json.dumps(nb), files, item.name)
+        if future is not None:  # (None: the pool is lost, and the batch stops before this one)
+            item.jobs[path.stem] = (nbgrader_plugin.fingerprint(nb, files), future)
 
 
 def own_seconds(results) -> float:

@@ -19,6 +19,11 @@ once per submission, whatever happens to the workers.
   joins the cluster during the batch (:mod:`autograder.dask_warm`). A worker that dies
   mid-batch costs nothing: Dask runs its submissions again elsewhere, and the batch applies
   each result once.
+
+Either pool can be lost mid-batch: a local worker process killed from outside (the system's
+out-of-memory killer), a Dask scheduler gone. :class:`Workers` tells that from a submission's own
+error; the batch grades the student in hand itself, records nobody else, and stops with one line
+(a rerun grades the rest).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import json
+import logging
 import multiprocessing as mp
 import os
 import tempfile
@@ -47,6 +53,46 @@ class PoolError(Exception):
     command's exit status."""
 
     status = 2
+
+
+class Workers:
+    """What both pools share: telling a pool lost mid-batch (its workers gone: the batch cannot
+    go on, and no submission is to blame) from a submission's own error."""
+
+    LOST: tuple[type[BaseException], ...] = ()  # errors that mean the pool is gone
+    lost = ""  # once it is gone: what was lost, for the batch to say
+
+    def gone(self) -> str:
+        """What was lost, in words."""
+        raise NotImplementedError
+
+    def _lost(self, error: BaseException) -> bool:
+        if isinstance(error, self.LOST):
+            self.lost = self.lost or self.gone()
+        return bool(self.lost)
+
+    def send(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
+        """:meth:`submit`; None once the pool is gone."""
+        if self.lost:
+            return None
+        try:
+            return self.submit(limits, nb_json, files, student)
+        except Exception as error:
+            if self._lost(error):
+                return None
+            raise
+
+    def outcome(self, future) -> dict | None:
+        """The result of a :meth:`send`; None once the pool is gone (the batch then grades the
+        notebook in hand itself, and stops). Any other error is the submission's."""
+        if self.lost:
+            return None
+        try:
+            return future.result()
+        except Exception as error:
+            if self._lost(error):
+                return None
+            raise
 
 
 def _init(lesson: str, isolation: str, shared: tuple = ()) -> None:
@@ -127,7 +173,7 @@ def _grade(limits: Limits, nb_json: str, files: dict[str, bytes], student: str) 
                  worker.get("pair"))  # fmt: skip
 
 
-class Pool:
+class Pool(Workers):
     """``workers`` local grading processes for one lesson (see the module doc).
 
     Each worker grades one submission at a time, so its BLAS and OpenMP libraries get one thread
@@ -161,6 +207,11 @@ class Pool:
         )
         for _ in range(workers):
             self.executor.submit(_ping)
+
+    LOST = (cf.BrokenExecutor, cf.CancelledError)
+
+    def gone(self) -> str:
+        return "a worker process of the batch died (killed from outside: out of memory?)"
 
     def submit(
         self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""
@@ -204,15 +255,22 @@ def start(lesson: str, workers: int, isolation: str, dask: str | None = None) ->
 GATEWAY = "gateway:"  # gateway:NAME, a Dask Gateway cluster by its name
 
 
-class DaskPool:
+class DaskPool(Workers):
     """The workers of a Dask cluster (see the module doc): a scheduler's ``address``,
     ``local:N``, or ``gateway:NAME``."""
 
     def __init__(self, address: str, lesson: str, isolation: str):
         from distributed import Client, LocalCluster
-        from distributed.comm import resolve_address
+        from distributed.client import ClosedClientError
+        from distributed.comm import CommClosedError, resolve_address
 
+        self.LOST = (cf.CancelledError, ClosedClientError, CommClosedError)
+        self.address = address
         self.task = (lesson, isolation)
+        # A scheduler lost mid-batch: the batch says so in one line (Workers.lost); the client's
+        # own logs of it (a traceback for the closed connection, its attempts to reconnect) go.
+        for name in ("distributed.batched", "distributed.client"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         self.cluster = self.gateway_cluster = self.warming = self.scratch = None
         if address.startswith("gateway://"):  # what a Gateway cluster prints as its address
             raise PoolError(
@@ -289,6 +347,11 @@ class DaskPool:
     @property
     def workers(self) -> int:
         return max(1, sum(self.client.nthreads().values()))
+
+    def gone(self) -> str:
+        if self.address.startswith(GATEWAY):
+            return f"the Dask Gateway cluster {self.address[len(GATEWAY) :]} was lost"
+        return f"the Dask scheduler at {self.address} was lost"
 
     def submit(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
         return self.client.submit(grade, *self.task, limits, nb_json, files, student, pure=False,

@@ -26,6 +26,7 @@ from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
 
 from autograder import history, limits, view
+from autograder.batch import journal_entries
 from autograder.limits import Limits
 from autograder.pool import QUIET_SCHEDULER, DaskPool
 
@@ -45,6 +46,18 @@ def _class(course: Path) -> list[str]:
         submit(course, LESSON, name, student_notebook(LESSON, edits))
         names.append(name)
     return names
+
+
+def _class_and_copy(tmp_path: Path) -> tuple[Path, list[str], Path]:
+    """A course of lesson 02 with its class submitted, their names, and a copy of it (to grade
+    on the local pool for the scores to compare with)."""
+    (tmp_path / "dask").mkdir()
+    (tmp_path / "local").mkdir()
+    course = make_course(tmp_path / "dask", [LESSON])
+    names = _class(course)
+    local = tmp_path / "local"
+    shutil.copytree(course, local, dirs_exist_ok=True)
+    return course, names, local
 
 
 def _scores(course: Path, lesson: str = LESSON) -> dict[str, float]:
@@ -76,12 +89,7 @@ def _sandboxes_of(pid: int) -> list[int]:
 def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
     from distributed import Client, LocalCluster
 
-    (tmp_path / "dask").mkdir()
-    (tmp_path / "local").mkdir()
-    course = make_course(tmp_path / "dask", [LESSON])
-    names = _class(course)
-    local = tmp_path / "local"
-    shutil.copytree(course, local, dirs_exist_ok=True)
+    course, names, local = _class_and_copy(tmp_path)
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                            host="127.0.0.1", dashboard_address=None,
@@ -156,6 +164,77 @@ def test_a_cluster_out_of_reach_or_a_malformed_address_is_one_clear_error(tmp_pa
         )  # fmt: skip
         assert done.returncode == 2 and "local:N needs a whole number of workers" in done.stderr
     assert not (course / "autograded").exists() and not (course / ".attn-grade").exists()
+
+
+@contextlib.contextmanager
+def _cluster(port: int, workers: int = 2):
+    """A Dask scheduler on 127.0.0.1:``port`` and ``workers`` one-thread workers, each a process
+    of its own started by Dask's command line, as on a real cluster; yields the scheduler's
+    process. Everything is killed at the end, each with its own children."""
+    from distributed import Client
+
+    address = f"tcp://127.0.0.1:{port}"
+    started = []
+
+    def spawn(*args: str) -> subprocess.Popen:
+        quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                 "stderr": subprocess.DEVNULL}  # fmt: skip
+        command = [str(BIN / "dask"), *args, "--no-dashboard"]
+        started.append(subprocess.Popen(command, env=env(), start_new_session=True, **quiet))
+        return started[-1]
+
+    try:
+        scheduler = spawn("scheduler", "--host", "127.0.0.1", "--port", str(port))
+        for _ in range(workers):
+            spawn("worker", address, "--nthreads", "1")
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(workers, timeout=120)
+        yield scheduler
+    finally:
+        for process in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_a_lost_scheduler_stops_the_batch_in_one_line_and_a_rerun_grades_the_rest(tmp_path):
+    """The Dask scheduler killed mid-batch: the batch stops with one line that says so and how
+    many students it graded, status 2, no traceback; no student is recorded with an error that
+    is not theirs. A rerun on a new cluster grades the others, each student once in all, with
+    the scores the local pool gives."""
+    course, names, local = _class_and_copy(tmp_path)
+    reference = _batch(local, "--workers", "2")
+    port = _free_port()
+    with _cluster(port) as scheduler:
+        batch = _batch(course, "--dask", f"tcp://127.0.0.1:{port}")
+        deadline = time.monotonic() + 300
+        while len(list(history.entries(course, LESSON))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert batch.poll() is None, "the batch ended before its scheduler could be killed"
+        scheduler.kill()
+        out, err = batch.communicate(timeout=600)
+    assert batch.returncode == 2, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    journal = journal_entries(course, LESSON)
+    assert {e["status"] for e in journal.values()} == {"graded"}  # nobody blamed for the loss
+    first = set(journal)
+    assert 3 <= len(first) < len(names)
+    said = (f"attn-grade batch: the Dask scheduler at tcp://127.0.0.1:{port} was lost: "
+            f"{len(first)} student(s) graded, {len(names) - len(first)} not yet; run the batch "
+            "again to grade them")  # fmt: skip
+    assert said in err, err[-3000:]
+
+    port = _free_port()
+    with _cluster(port):
+        rerun = _batch(course, "--dask", f"tcp://127.0.0.1:{port}")
+        out, err = rerun.communicate(timeout=600)
+    reference.communicate(timeout=600)
+    assert rerun.returncode == 0, err[-3000:]
+    results = {r["student"]: r["status"] for r in json.loads(out)}
+    assert results == {name: "skipped" if name in first else "graded" for name in names}
+    recorded = [e["student"] for e in history.entries(course, LESSON)]
+    assert sorted(recorded) == names  # each student graded once, across the two runs
+    assert _scores(course) == _scores(local)
 
 
 def _free_port() -> int:
