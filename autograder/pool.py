@@ -360,9 +360,13 @@ class DaskPool(Workers):
     def close(self) -> None:
         if self.client is None:
             return
-        with contextlib.suppress(Exception):  # the cluster may be gone: nothing left to warm
-            self.client.unregister_worker_plugin(self.warming.name)
-        self.client.close()
+        if not self.lost:  # a lost scheduler would be waited for, to hear what it cannot
+            with contextlib.suppress(Exception):  # the cluster may be gone: nothing to warm
+                self.client.unregister_worker_plugin(self.warming.name)
+            self.client.close()
+        else:  # closing without waiting out the client's attempts to reconnect (30 s)
+            with contextlib.suppress(Exception):
+                self.client.close(timeout=5)
         self._close_gateway()
         self._close_cluster()
         self.client = None
