@@ -71,28 +71,25 @@ class Workers:
             self.lost = self.lost or self.gone()
         return bool(self.lost)
 
-    def send(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
-        """:meth:`submit`; None once the pool is gone."""
+    def _unless_lost(self, call):
+        """``call()``; None once the pool is gone. Any other error is raised as it is."""
         if self.lost:
             return None
         try:
-            return self.submit(limits, nb_json, files, student)
+            return call()
         except Exception as error:
             if self._lost(error):
                 return None
             raise
 
+    def send(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
+        """:meth:`submit`; None once the pool is gone."""
+        return self._unless_lost(lambda: self.submit(limits, nb_json, files, student))
+
     def outcome(self, future) -> dict | None:
         """The result of a :meth:`send`; None once the pool is gone (the batch then grades the
         notebook in hand itself, and stops). Any other error is the submission's."""
-        if self.lost:
-            return None
-        try:
-            return future.result()
-        except Exception as error:
-            if self._lost(error):
-                return None
-            raise
+        return self._unless_lost(future.result)
 
 
 def _init(lesson: str, isolation: str, shared: tuple = ()) -> None:
