@@ -2,14 +2,17 @@
 
 One scratch course of lesson 02: three honest students, students with odd names, one whose cells
 all share a cell id, and every attack of tests/hostile.py. It is graded three ways, each in a copy
-of the course and followed by its feedback pages: by ``attn-grade batch`` on its local workers,
-by ``attn-grade batch --dask`` on the workers of a Dask cluster (``local:2``: two worker
-processes with their nannies, as on a real cluster), and by plain ``nbgrader autograde`` with the
-course's ``nbgrader_config.py``. The three run at the same time (mostly waiting on attacks held
-to their timeout or budget), with the graders' environment holding a secret, as on a hub. Then,
-every way, every honest student must have full marks, every attack exactly the points it set out
-to gain lost, no gradebook copy anywhere a student reads, no secret in anything a student reads,
-nothing left running, and the temp dir as it was.
+of the course: by ``attn-grade batch`` on its local workers, by ``attn-grade batch --dask`` on
+the workers of a Dask cluster (``local:2``: two worker processes with their nannies, as on a real
+cluster), and by plain ``nbgrader autograde`` with the course's ``nbgrader_config.py``. The
+feedback pages follow, by ``attn-grade feedback`` after the local batch and by ``nbgrader
+generate_feedback`` after plain nbgrader: a page is rendered from the autograded notebook and the
+gradebook alone, the same code whichever workers graded it, so the Dask way's notebooks (checked
+here like the others) get no pages of their own. The three run at the same time (mostly waiting
+on attacks held to their timeout or budget), with the graders' environment holding a secret, as
+on a hub. Then, every way, every honest student must have full marks, every attack exactly the
+points it set out to gain lost, no gradebook copy anywhere a student reads, no secret in anything
+a student reads, nothing left running, and the temp dir as it was.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ THEIRS_UNGRADABLE = [name for name in UNGRADABLE_NAMES if b"\n" not in name]
 HONEST = ["honest-a", "honest-b", "honest-c"]
 BATCHES = ["ours", "dask"]  # attn-grade batch on its local workers, and on a Dask cluster's
 WAYS = [*BATCHES, "theirs"]
+PAGES = ["ours", "theirs"]  # the ways followed by their feedback pages
 REPEATED_IDS = "every-cell-one-id"  # an honest notebook whose cells all carry the same cell id
 
 
@@ -122,6 +126,7 @@ def graded(tmp_path_factory):
                               stdin=subprocess.DEVNULL, timeout=timeout)  # fmt: skip
 
     def batch_graded(way: str, *workers: str):
+        """The batch, then (for the ways in :data:`PAGES`) the feedback pages."""
         course = courses[way]
         started = time.monotonic()
         batch = run([str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
@@ -129,6 +134,8 @@ def graded(tmp_path_factory):
                      "--csv", str(course / "grades.csv")], course, 1200)  # fmt: skip
         seconds = time.monotonic() - started
         assert batch.stdout.strip(), batch.stderr[-3000:]
+        if way not in PAGES:
+            return batch, seconds, None
         # the feedback pages, by attn-grade's two workers
         feedback = run([str(BIN / "attn-grade"), "feedback", LESSON, "--course", str(course),
                         "--json", "--workers", "2"], course, 600)  # fmt: skip
@@ -157,7 +164,8 @@ def graded(tmp_path_factory):
         batch, seconds, feedback = done[way]
         found[way, "batch"], found[way, "seconds"] = batch, seconds
         found[way, "results"] = {r["student"]: r for r in json.loads(batch.stdout)}
-        found[way, "feedback"] = {r["student"]: r for r in json.loads(feedback.stdout)}
+        if feedback is not None:
+            found[way, "feedback"] = {r["student"]: r for r in json.loads(feedback.stdout)}
     return found
 
 
@@ -289,8 +297,8 @@ def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded, 
         assert results[name]["status"] == "graded" and results[name]["score"] == 17
 
 
-@pytest.mark.parametrize("way", BATCHES)
-def test_every_graded_student_gets_a_feedback_page_and_only_they(graded, way):
+def test_every_graded_student_gets_a_feedback_page_and_only_they(graded):
+    way = "ours"
     written = {s for s, r in graded[way, "feedback"].items() if r["status"] == "written"}
     graded_ones = {s for s, r in graded[way, "results"].items() if r["status"] == "graded"}
     assert written == graded_ones
@@ -319,12 +327,14 @@ def test_outputs_are_capped_and_markup_is_escaped_everywhere(graded, way):
     path = course / "autograded" / "lifts-its-output-cap" / LESSON / f"{LESSON}.ipynb"
     assert path.stat().st_size < 4 * 2**20
     assert "output truncated by the grader" in path.read_text()
+    if way not in PAGES:
+        return
     html = feedback_page(course, "shows-markup")
     assert "<script>alert" not in html
     assert "alert(&#39;stdout&#39;)" in html or "alert('stdout')" in html  # shown, as text
 
 
-@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("way", PAGES)
 def test_the_learners_markup_is_shown_as_text_and_the_lessons_prose_as_written(graded, way):
     """The feedback page is rendered from the autograded notebook, as formgrader's view is: the
     learner's Markdown and raw cells are shown as text, whatever nbgrader tag they claim; the
