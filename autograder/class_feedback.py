@@ -10,7 +10,8 @@ configuration, through its public API as the batch runs ``Autograde`` — for ``
 at a time, each worker a process of its own. So the pages are nbgrader's, byte for byte, nbgrader
 copies the files beside the autograded notebooks (``attn-feedback.md``) as it always does, and
 nbgrader decides whom to write: a student whose feedback is already there and not older than the
-autograded notebooks is skipped, unless ``force``.
+autograded notebooks is skipped, unless ``force``. A worker process killed from outside is
+started again, and the pages it held written by the new one (:mod:`autograder.respawn`).
 
 No learner code runs here: a page is rendered from an autograded notebook and the gradebook, as
 ``nbgrader generate_feedback`` renders it. A student folder whose name nbgrader would read as a
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from . import submission
 from .names import chosen_students, nothing_matches
+from .respawn import Processes
 
 _WORKER: dict = {}
 
@@ -137,30 +139,36 @@ def write_feedback(
             todo.append(name)
     if todo:
         workers = max(1, min(workers, len(todo)))
-        with (
-            cf.ProcessPoolExecutor(
-                max_workers=workers,
-                mp_context=mp.get_context("spawn"),
-                initializer=_init,
+
+        def start(again: bool) -> cf.ProcessPoolExecutor:
+            return cf.ProcessPoolExecutor(
+                max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init,
                 initargs=(str(course), lesson, log_level),
-            ) as executor,
-            tqdm(
-                total=len(todo),
-                desc=f"feedback {lesson}",
-                unit="student",
-                disable=not progress,
-                leave=False,
-            ) as bar,
-        ):
-            futures = {executor.submit(_write, name, force): name for name in todo}
-            for future in cf.as_completed(futures):
+            )  # fmt: skip
+
+        processes = Processes(start, _write, RESTARTED)
+        bar = tqdm(total=len(todo), desc=f"feedback {lesson}", unit="student",
+                   disable=not progress, leave=False)  # fmt: skip
+        try:
+            sent = [(name, processes.submit(name, force)) for name in todo]
+            for name, page in sent:
                 try:
-                    results.append(future.result())
-                except Exception as error:  # noqa: BLE001 — a worker that died, say
-                    name = submission.shown(futures[future])
-                    results.append(FeedbackResult(name, "error", error=f"{error!r}"[:300]))
+                    results.append(processes.result(page))
+                except Exception as error:  # noqa: BLE001 — the workers died too often, say
+                    shown = submission.shown(name)
+                    results.append(FeedbackResult(shown, "error", error=f"{error!r}"[:300]))
                 bar.update(1)
+        finally:
+            bar.close()
+            processes.close()
     return sorted(results, key=lambda r: os.fsencode(r.student))
+
+
+RESTARTED = (
+    "attn-grade feedback: a worker process died (killed from outside: out of memory?); the "
+    "workers were started again, and the {n} page(s) they held sent again (restart {restart} of "
+    "the {of} a run gets)"
+)
 
 
 def summary(results: list[FeedbackResult]) -> str:

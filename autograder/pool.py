@@ -22,10 +22,10 @@ once per submission, whatever happens to the workers.
 
 A local worker process killed from outside (the system's out-of-memory killer) breaks the local
 pool: it starts its processes again and sends again the notebooks they held, as Dask does for a
-worker it lost, up to :attr:`Pool.RESTARTS` times a batch. Past that, or once a Dask scheduler is
-gone, the pool is lost: :class:`Workers` tells that from a submission's own error, and the batch
-grades the student in hand itself, records nobody else, and stops with one line (a rerun grades
-the rest).
+worker it lost, up to three times a batch (:mod:`autograder.respawn`). Past that, or once a Dask
+scheduler is gone, the pool is lost: :class:`Workers` tells that from a submission's own error,
+and the batch grades the student in hand itself, records nobody else, and stops with one line (a
+rerun grades the rest).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import sys
 import tempfile
 import threading
 
@@ -173,15 +172,6 @@ def _grade(limits: Limits, nb_json: str, files: dict[str, bytes], student: str) 
                  worker.get("pair"))  # fmt: skip
 
 
-class Sent:
-    """A notebook sent to the local pool: what was sent (to send it again if its worker dies)
-    and the future of its result."""
-
-    def __init__(self, args: tuple):
-        self.args = args
-        self.future: cf.Future | None = None
-
-
 class Pool(Workers):
     """``workers`` local grading processes for one lesson (see the module doc).
 
@@ -190,21 +180,17 @@ class Pool(Workers):
     starts warming at once; the limits come with each submission, so a batch can start its pool
     before it has read the course's configuration.
 
-    A worker process killed from outside breaks the pool (every result still to come fails with
-    it): the pool starts its processes again, sends again every notebook whose result had not
-    come, and says so on stderr, :attr:`RESTARTS` times a batch. A submission cannot do that:
-    its code runs in a sandbox of its own, not in the worker.
+    A worker process killed from outside is started again, and what it held sent again
+    (:mod:`autograder.respawn`), :attr:`~autograder.respawn.Processes.RESTARTS` times a batch;
+    the next break loses the pool. A submission cannot break it: its code runs in a sandbox of
+    its own, not in the worker.
     """
 
-    RESTARTS = 3  # breaks a batch gets over; the next one loses the pool
-    TASK = staticmethod(_grade)  # what a worker runs for a notebook sent
-
     def __init__(self, workers: int, lesson: str, isolation: str):
+        from .respawn import Processes
+
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, "1")
-        self.size, self.task = workers, (lesson, isolation)
-        self.restarts = 0
-        self.sent: dict[Sent, None] = {}  # sent, in order, their results not yet taken
         self.templates: tuple = ()
         ctx = mp.get_context("spawn")
         if threading.active_count() == 1:  # no other thread holds a lock a fork would copy
@@ -219,73 +205,39 @@ class Pool(Workers):
 
             threadpool_limits(1)  # the BLAS loaded here keeps the threads it started with
             ctx = mp.get_context("fork")
-        self.executor = self._executor(ctx, self.templates)
+
+        def start(again: bool) -> cf.ProcessPoolExecutor:
+            # Started again, spawned, each worker with a template of its own: the batch runs
+            # threads by then.
+            return cf.ProcessPoolExecutor(
+                max_workers=workers, mp_context=mp.get_context("spawn") if again else ctx,
+                initializer=_init, initargs=(lesson, isolation, () if again else self.templates),
+            )  # fmt: skip
+
+        self.processes = Processes(start, _grade, RESTARTED)
         for _ in range(workers):
             self.executor.submit(_ping)
 
     LOST = (cf.BrokenExecutor, cf.CancelledError)
 
-    def _executor(self, ctx, templates: tuple) -> cf.ProcessPoolExecutor:
-        """The worker processes, started now (``templates``: the batch's, when they are forked
-        from it)."""
-        return cf.ProcessPoolExecutor(
-            max_workers=self.size, mp_context=ctx, initializer=_init,
-            initargs=(*self.task, templates),
-        )  # fmt: skip
+    @property
+    def executor(self) -> cf.ProcessPoolExecutor:
+        """The worker processes, as they are now."""
+        return self.processes.executor
 
     def gone(self) -> str:
-        died = f"died {self.restarts + 1} times" if self.restarts else "died"
+        restarts = self.processes.restarts
+        died = f"died {restarts + 1} times" if restarts else "died"
         return f"a worker process of the batch {died} (killed from outside: out of memory?)"
 
     def submit(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
-        sent = Sent((limits, nb_json, files, student))
-        while sent.future is None:
-            try:
-                sent.future = self.executor.submit(self.TASK, *sent.args)
-            except cf.BrokenExecutor:  # broken since the last result was taken
-                self._restart()
-        self.sent[sent] = None
-        return sent
+        return self.processes.submit(limits, nb_json, files, student)
 
-    def outcome(self, sent: Sent) -> dict | None:
-        return self._unless_lost(lambda: self._result(sent))
-
-    def _result(self, sent: Sent) -> dict:
-        """The result of ``sent``, sent again (once for each break) if its worker died."""
-        while True:
-            future = sent.future
-            try:
-                return future.result()
-            except cf.BrokenExecutor:
-                if sent.future is future:  # not sent again yet
-                    self._restart()
-            finally:
-                if _came(future):
-                    self.sent.pop(sent, None)
-
-    def _restart(self) -> None:
-        """Start the worker processes again and send again each notebook whose result had not
-        come; the pool is lost (:class:`concurrent.futures.BrokenExecutor` raised) once it
-        broke :attr:`RESTARTS` times."""
-        if self.restarts >= self.RESTARTS:
-            raise cf.BrokenExecutor("the worker processes died too often")
-        self.restarts += 1
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        # Spawned, each worker with a template of its own: the batch runs threads by now.
-        self.executor = self._executor(mp.get_context("spawn"), ())
-        again = [sent for sent in self.sent if not _came(sent.future)]
-        for sent in again:
-            try:
-                sent.future = self.executor.submit(self.TASK, *sent.args)
-            except cf.BrokenExecutor:  # broken again at once: the next _result restarts it
-                sent.future = _broken()
-        from tqdm import tqdm
-
-        said = RESTARTED.format(n=len(again), restart=self.restarts, of=self.RESTARTS)
-        tqdm.write(said, file=sys.stderr)  # above the batch's progress bar
+    def outcome(self, sent) -> dict | None:
+        return self._unless_lost(lambda: self.processes.result(sent))
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)  # a second call does nothing
+        self.processes.close()
         for template in self.templates:
             if template is not None:
                 template.close()
@@ -297,19 +249,6 @@ RESTARTED = (
     "the workers were started again, and the {n} notebook(s) they held sent again (restart "
     "{restart} of the {of} a batch gets)"
 )
-
-
-def _came(future: cf.Future) -> bool:
-    """Whether ``future`` holds a result or a submission's own error (not a broken pool's)."""
-    if not future.done() or future.cancelled():  # (cancelled: by the broken pool's shutdown)
-        return False
-    return not isinstance(future.exception(), cf.BrokenExecutor)
-
-
-def _broken() -> cf.Future:
-    future = cf.Future()
-    future.set_exception(cf.BrokenExecutor("the worker processes died as they started"))
-    return future
 
 
 def _shared_templates(lesson: str, isolation: str) -> tuple:

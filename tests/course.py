@@ -42,6 +42,18 @@ def nbgrader(course: Path, *args: str, timeout: float = 900) -> subprocess.Compl
     )
 
 
+def children(pid: int) -> dict[int, bytes]:
+    """The processes whose parent is ``pid``, with their command lines."""
+    found = {}
+    for child in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if f"\nPPid:\t{pid}\n" in Path(f"/proc/{child}/status").read_text():
+                found[int(child)] = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
 def make_course(root: Path, lessons: list[str], extra_config: str = "") -> Path:
     """Copy the course config (plus ``extra_config`` lines) and sources to ``root`` and release
     ``lessons`` there: a copy of the run's first release of the same lessons, when the config is

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from types import SimpleNamespace
 
 import pytest
-from course import BIN, env, make_course, nbgrader
+from course import BIN, children, env, make_course, nbgrader
 from nbgrader.api import Gradebook
 from nbgrader.plugins import LateSubmissionPlugin
 from test_grade_students import STUDENTS, student_notebook, submit, submit_all
@@ -249,6 +252,39 @@ def test_attn_grade_feedback_a_broken_or_odd_student_costs_only_that_student(
     text = attn_grade(course, "feedback", lesson, "--course", str(course))
     assert text.returncode == 1
     assert "no-eps: error" in text.stdout and "a[b]: refused" in text.stdout
+
+
+def test_attn_grade_feedback_gets_over_a_worker_killed_from_outside(courses, tmp_path):
+    """As the system's out-of-memory killer would: ``kill -9`` of one of ``attn-grade
+    feedback``'s workers as soon as it is there. The workers are started again, the pages they
+    held sent again, one line says so, and every student's page is written."""
+    ours, _, _ = courses
+    lesson = "02-softmax-masking"
+    course = tmp_path / "course"
+    shutil.copytree(ours, course, ignore=shutil.ignore_patterns("feedback"))
+    run = subprocess.Popen(
+        [str(BIN / "attn-grade"), "feedback", lesson, "--course", str(course), "--workers", "2",
+         "--json"], cwd=course, env=env(), text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline, workers = time.monotonic() + 120, []
+        while len(workers) < 2 and time.monotonic() < deadline and run.poll() is None:
+            workers = [pid for pid, cmd in children(run.pid).items() if b"spawn_main" in cmd]
+            time.sleep(0.02)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGKILL)
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 0, err[-3000:]
+    said = [line for line in err.splitlines() if "died" in line]
+    assert len(said) == 1 and "restart 1 of the 3 a run gets" in said[0], err[-3000:]
+    results = {r["student"]: r["status"] for r in json.loads(out)}
+    assert results == dict.fromkeys(STUDENTS[lesson], "written")
+    for student in STUDENTS[lesson]:
+        assert (course / "feedback" / student / lesson / f"{lesson}.html").is_file()
 
 
 @pytest.mark.parametrize("command", ["batch", "feedback", "report"])

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from course import BIN, env, make_course
+from course import BIN, children, env, make_course
 from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
 
@@ -85,15 +85,7 @@ def test_a_killed_batch_resumes_without_regrading_or_losing_anyone(tmp_path):
 def workers_of(batch: int) -> list[int]:
     """The batch's worker processes: its children forked from it (its templates are not)."""
     own = Path(f"/proc/{batch}/cmdline").read_bytes()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            if f"\nPPid:\t{batch}\n" in status and Path(f"/proc/{pid}/cmdline").read_bytes() == own:
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    return [pid for pid, cmdline in children(batch).items() if cmdline == own]
 
 
 def test_a_worker_process_killed_mid_batch_costs_nobody_anything(tmp_path):

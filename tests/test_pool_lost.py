@@ -1,11 +1,11 @@
-"""A local pool's worker process killed from outside (``autograder.pool.Pool``).
+"""A local pool's worker process killed from outside (``autograder.respawn``, ``autograder.pool``).
 
-A killed worker process breaks a local pool: every result still to come fails with it. The pool
-starts its processes again and sends again what they held, :attr:`~autograder.pool.Pool.RESTARTS`
-times a batch; past that it is lost: :class:`~autograder.pool.Workers` turns that into ``None``
-and a ``lost`` the batch stops on (``tests/test_grade_dask.py`` loses a Dask scheduler mid-batch,
-``tests/test_grade_resume.py`` kills a worker of a batch, end to end). An error of the
-submission's own is raised as ever.
+A killed worker process breaks a process pool: every result still to come fails with it.
+:class:`~autograder.respawn.Processes` starts its processes again and sends again what they held,
+:attr:`~autograder.respawn.Processes.RESTARTS` times; past that the batch's pool is lost:
+:class:`~autograder.pool.Workers` turns that into ``None`` and a ``lost`` the batch stops on
+(``tests/test_grade_dask.py`` loses a Dask scheduler mid-batch, ``tests/test_grade_resume.py``
+kills a worker of a batch, end to end). An error of the work's own is raised as ever.
 
 The work here stands in for a notebook's grading: it kills its own process, as the system's
 out-of-memory killer would, so that the break comes exactly where the test puts it.
@@ -25,6 +25,7 @@ import pytest
 
 from autograder.limits import Limits
 from autograder.pool import RESTARTED, Pool
+from autograder.respawn import Processes
 
 
 def _work(limits: Limits, spec: str, files: dict, student: str) -> dict:
@@ -38,18 +39,16 @@ def _work(limits: Limits, spec: str, files: dict, student: str) -> dict:
     return {"pid": os.getpid()}
 
 
-class Processes(Pool):
-    """:class:`Pool`'s sending, restarting and losing, on one spawned process that runs
-    :func:`_work` (no templates, no lesson)."""
+def one_process(again: bool = False) -> cf.ProcessPoolExecutor:
+    return cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
 
-    TASK = staticmethod(_work)
+
+class Tiny(Pool):
+    """The batch's local pool, on one process that runs :func:`_work` (no templates, no
+    lesson)."""
 
     def __init__(self):
-        self.size, self.task, self.restarts, self.sent, self.templates = 1, (), 0, {}, ()
-        self.executor = self._executor(mp.get_context("spawn"), ())
-
-    def _executor(self, ctx, templates: tuple) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(self.size, mp_context=ctx)
+        self.templates, self.processes = (), Processes(one_process, _work, RESTARTED)
 
 
 def send(pool: Pool, student: str = "", **spec):
@@ -57,7 +56,7 @@ def send(pool: Pool, student: str = "", **spec):
 
 
 def test_a_killed_worker_is_started_again_and_what_it_held_is_sent_again(tmp_path, capsys):
-    pool = Processes()
+    pool = Tiny()
     try:
         first = pool.outcome(send(pool))["pid"]
         with pytest.raises(ValueError, match="own error"):  # the submission's: raised as ever
@@ -68,28 +67,28 @@ def test_a_killed_worker_is_started_again_and_what_it_held_is_sent_again(tmp_pat
         dies = send(pool, dies_once=str(tmp_path / "died"))
         behind = send(pool)  # queued behind it: broken with it, sent again
         again = pool.outcome(dies)["pid"]
-        assert again != first and pool.lost == "" and pool.restarts == 1
+        assert again != first and pool.lost == "" and pool.processes.restarts == 1
         assert pool.outcome(behind)["pid"] == again
         assert pool.outcome(came)["pid"] == first  # not sent again
-        assert pool.outcome(send(pool))["pid"] == again and not pool.sent
+        assert pool.outcome(send(pool))["pid"] == again and not pool.processes.sent
         said = capsys.readouterr().err
-        assert said == RESTARTED.format(n=2, restart=1, of=Pool.RESTARTS) + "\n", said
+        assert said == RESTARTED.format(n=2, restart=1, of=Processes.RESTARTS) + "\n", said
     finally:
         pool.close()
 
 
 def test_a_pool_that_breaks_more_often_than_a_batch_gets_over_is_lost(capsys):
-    pool = Processes()
+    pool = Tiny()
     try:
         assert pool.outcome(send(pool, dies=True)) is None
-        assert pool.restarts == Pool.RESTARTS
+        assert pool.processes.restarts == Processes.RESTARTS
         assert pool.lost == (
-            f"a worker process of the batch died {Pool.RESTARTS + 1} times (killed from "
+            f"a worker process of the batch died {Processes.RESTARTS + 1} times (killed from "
             "outside: out of memory?)"
         )
         assert send(pool) is None  # nothing more is sent
         said = capsys.readouterr().err.splitlines()
-        assert said == [RESTARTED.format(n=1, restart=n, of=Pool.RESTARTS)
-                        for n in range(1, Pool.RESTARTS + 1)]  # fmt: skip
+        assert said == [RESTARTED.format(n=1, restart=n, of=Processes.RESTARTS)
+                        for n in range(1, Processes.RESTARTS + 1)]  # fmt: skip
     finally:
         pool.close()
