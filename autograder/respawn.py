@@ -15,7 +15,9 @@ says so in one line on stderr, above any progress bar.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +26,8 @@ class Sent:
     """Work sent to the processes: its arguments (to send it again if its process dies) and the
     future of its result."""
 
-    def __init__(self, args: tuple):
-        self.args = args
+    def __init__(self, args: tuple, order: int):
+        self.args, self.order = args, order
         self.future: cf.Future = _broken()  # until it is sent
 
 
@@ -38,13 +40,17 @@ class Processes:
     def __init__(self, start: Callable[[bool], cf.ProcessPoolExecutor], task: Callable, said: str):
         self.start, self.task, self.said = start, task, said
         self.restarts = 0
-        self.sent: dict[Sent, None] = {}  # sent, in order, their results not yet taken
+        # Sent, by order, their results not yet taken; held by the caller only (work it stopped
+        # waiting for is not sent again, nor kept)
+        self.sent: weakref.WeakValueDictionary[int, Sent] = weakref.WeakValueDictionary()
+        self.order = itertools.count()
         self.executor = start(False)
 
     def submit(self, *args) -> Sent:
-        """Send ``task(*args)`` to a process."""
-        sent = Sent(args)
-        self.sent[sent] = None
+        """Send ``task(*args)`` to a process; the caller keeps what this returns until it has
+        taken its :meth:`result`."""
+        sent = Sent(args, next(self.order))
+        self.sent[sent.order] = sent
         if not self._send(sent):  # broken since the last result was taken
             self._restart()  # which sends it, with the rest
         return sent
@@ -60,7 +66,7 @@ class Processes:
                     self._restart()
             finally:
                 if _came(future):
-                    self.sent.pop(sent, None)
+                    self.sent.pop(sent.order, None)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)  # a second call does nothing
@@ -80,7 +86,8 @@ class Processes:
         self.restarts += 1
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.executor = self.start(True)
-        again = [sent for sent in self.sent if not _came(sent.future)]
+        held = [self.sent.get(order) for order in sorted(self.sent.keys())]
+        again = [sent for sent in held if sent is not None and not _came(sent.future)]
         for sent in again:
             if not self._send(sent):  # broken again at once: the next result restarts it
                 sent.future = _broken()

@@ -65,6 +65,7 @@ def test_a_killed_worker_is_started_again_and_what_it_held_is_sent_again(tmp_pat
         while not came.future.done():
             time.sleep(0.01)
         dies = send(pool, dies_once=str(tmp_path / "died"))
+        send(pool)  # queued behind it, and dropped by its sender: not sent again, nor kept
         behind = send(pool)  # queued behind it: broken with it, sent again
         again = pool.outcome(dies)["pid"]
         assert again != first and pool.lost == "" and pool.processes.restarts == 1
