@@ -15,8 +15,10 @@ says so in one line on stderr, above any progress bar.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import itertools
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -81,10 +83,10 @@ class Processes:
     def _restart(self) -> None:
         """Start the processes again and send again what had not come; raise
         :class:`concurrent.futures.BrokenExecutor` once they broke :attr:`RESTARTS` times."""
+        _let_go(self.executor)
         if self.restarts >= self.RESTARTS:
             raise cf.BrokenExecutor(f"the worker processes died {self.restarts + 1} times")
         self.restarts += 1
-        self.executor.shutdown(wait=False, cancel_futures=True)
         self.executor = self.start(True)
         held = [self.sent.get(order) for order in sorted(self.sent.keys())]
         again = [sent for sent in held if sent is not None and not _came(sent.future)]
@@ -95,6 +97,25 @@ class Processes:
 
         said = self.said.format(n=len(again), restart=self.restarts, of=self.RESTARTS)
         tqdm.write(said, file=sys.stderr)
+
+
+def _let_go(executor: cf.ProcessPoolExecutor) -> None:
+    """Shut a broken executor down without waiting, and drain its queue of work: the thread
+    that feeds the queue may be stuck writing a notebook to a pipe its dead workers no longer
+    read, and the executor's own thread waits for it, as does the interpreter at exit (CPython
+    issue 94777, fixed in later 3.11 releases and 3.12; on Debian's 3.11.2 a batch whose worker
+    was killed hung at exit)."""
+    reader = getattr(getattr(executor, "_call_queue", None), "_reader", None)  # (shutdown drops it)
+    executor.shutdown(wait=False, cancel_futures=True)
+    if reader is not None:
+        threading.Thread(target=_drain, args=(reader,), daemon=True, name="attn-drain").start()
+
+
+def _drain(reader) -> None:
+    """Read and drop what a broken executor's queue still holds, until it is closed."""
+    with contextlib.suppress(Exception):
+        while True:
+            reader.recv_bytes()
 
 
 def _came(future: cf.Future) -> bool:
