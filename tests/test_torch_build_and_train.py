@@ -551,6 +551,29 @@ def test_a_module_right_only_on_the_public_problems_fails_on_secret_ones(name: s
     assert checks.judge(name, PublicOnly, secret=checks.Secret(1)) == verdicts[0]
 
 
+@pytest.mark.parametrize("name", list(MODULE_EXERCISES))
+def test_a_module_mistake_is_one_mistake_in_the_report_whatever_problem_shows_it(name: str):
+    """The same slip shown on two problems (here: the first public one, and the second for a
+    module right on the first) says where, as every check does, and has one key and a label
+    that names the mistake alone in the class report (autograder.history)."""
+    from attnlib import checks
+    from autograder import history
+
+    make, _, attribute = MODULE_EXERCISES[name]
+    first = (2, 5, 12)  # the first public problem's x
+
+    class RightOnTheFirst(make("")):
+        def forward(self, x):
+            setattr(self, attribute, "" if tuple(x.shape) == first else "no mask")
+            return super().forward(x)
+
+    said = [checks.judge(name, module).message for module in (make("no mask"), RightOnTheFirst)]
+    assert said[0] != said[1] and all(" on x (" in s and "n_heads=" in s for s in said), said
+    assert history.mistake_key(said[0]) == history.mistake_key(said[1]), said
+    label = history.mistake_label(said)
+    assert label == said[0].split(" on x (")[0] and "no causal mask" in label, label
+
+
 # ------------------------------------------------------------------------- cached_attention
 
 

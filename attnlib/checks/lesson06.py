@@ -433,8 +433,10 @@ def _module_case(fn, shape: tuple, state: dict, x_seed: int, k: int, model, mist
 
 
 def _where(shape: tuple) -> str:
+    """The problem a module was judged on, worded as every exercise words its probe ("… on x
+    (2, 5, 12) float64, …"), so that a report counts one mistake made on any problem once."""
     d, h, B, T, dtype = shape
-    return f" (d_model={d}, n_heads={h}, x {(B, T, d)} {np.dtype(dtype).name})"
+    return f" on x {(B, T, d)} {np.dtype(dtype).name}, d_model={d}, n_heads={h}"
 
 
 def _causal_case(fn, shape: tuple, seed: int, x_seed: int, k: int) -> str | None:
