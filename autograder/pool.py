@@ -22,10 +22,12 @@ once per submission, whatever happens to the workers.
 
 A local worker process killed from outside (the system's out-of-memory killer) breaks the local
 pool: it starts its processes again and sends again the notebooks they held, as Dask does for a
-worker it lost, up to three times a batch (:mod:`autograder.respawn`). Past that, or once a Dask
-scheduler is gone, the pool is lost: :class:`Workers` tells that from a submission's own error,
-and the batch grades the student in hand itself, records nobody else, and stops with one line (a
-rerun grades the rest).
+worker it lost, up to three times a batch (:mod:`autograder.respawn`). A batch whose connection
+to its Dask scheduler is lost, even for a moment, has every notebook it sent cancelled by Dask:
+once the connection is back, it sends them again, up to three times a batch
+(:class:`Reconnecting`). Past that, or once a scheduler does not come back, the pool is lost:
+:class:`Workers` tells that from a submission's own error, and the batch grades the student in
+hand itself, records nobody else, and stops with one line (a rerun grades the rest).
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ import multiprocessing as mp
 import os
 import tempfile
 import threading
+import time
 
 from .limits import Limits
+from .respawn import Processes, Resending
 
 _WORKER: dict = {}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -63,6 +67,7 @@ class Workers:
 
     LOST: tuple[type[BaseException], ...] = ()  # errors that mean the pool is gone
     lost = ""  # once it is gone: what was lost, for the batch to say
+    sending: Resending  # the work sent, sent again when the workers were lost and had again
 
     def gone(self) -> str:
         """What was lost, in words."""
@@ -85,13 +90,14 @@ class Workers:
             raise
 
     def send(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
-        """:meth:`submit`; None once the pool is gone."""
-        return self._unless_lost(lambda: self.submit(limits, nb_json, files, student))
+        """Send a notebook to grade; what is returned is kept until its :meth:`outcome` is taken
+        (None once the pool is gone)."""
+        return self._unless_lost(lambda: self.sending.submit(limits, nb_json, files, student))
 
-    def outcome(self, future) -> dict | None:
+    def outcome(self, sent) -> dict | None:
         """The result of a :meth:`send`; None once the pool is gone (the batch then grades the
         notebook in hand itself, and stops). Any other error is the submission's."""
-        return self._unless_lost(future.result)
+        return self._unless_lost(lambda: self.sending.result(sent))
 
 
 def _init(lesson: str, isolation: str, shared: tuple = ()) -> None:
@@ -187,8 +193,6 @@ class Pool(Workers):
     """
 
     def __init__(self, workers: int, lesson: str, isolation: str):
-        from .respawn import Processes
-
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, "1")
         self.templates: tuple = ()
@@ -214,7 +218,7 @@ class Pool(Workers):
                 initializer=_init, initargs=(lesson, isolation, () if again else self.templates),
             )  # fmt: skip
 
-        self.processes = Processes(start, _grade, RESTARTED)
+        self.sending = Processes(start, _grade, RESTARTED)
         for _ in range(workers):
             self.executor.submit(_ping)
 
@@ -223,21 +227,15 @@ class Pool(Workers):
     @property
     def executor(self) -> cf.ProcessPoolExecutor:
         """The worker processes, as they are now."""
-        return self.processes.executor
+        return self.sending.executor
 
     def gone(self) -> str:
-        restarts = self.processes.restarts
+        restarts = self.sending.restarts
         died = f"died {restarts + 1} times" if restarts else "died"
         return f"a worker process of the batch {died} (killed from outside: out of memory?)"
 
-    def submit(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
-        return self.processes.submit(limits, nb_json, files, student)
-
-    def outcome(self, sent) -> dict | None:
-        return self._unless_lost(lambda: self.processes.result(sent))
-
     def close(self) -> None:
-        self.processes.close()
+        self.sending.close()
         for template in self.templates:
             if template is not None:
                 template.close()
@@ -297,6 +295,7 @@ class DaskPool(Workers):
         for name in ("distributed.batched", "distributed.client"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         self.cluster = self.gateway_cluster = self.warming = self.scratch = None
+        self.sending = Reconnecting(self)
         if address.startswith("gateway://"):  # what a Gateway cluster prints as its address
             raise PoolError(
                 f"{address} is a Dask Gateway cluster's, reachable only with the credentials the "
@@ -373,14 +372,36 @@ class DaskPool(Workers):
     def workers(self) -> int:
         return max(1, sum(self.client.nthreads().values()))
 
-    def gone(self) -> str:
+    @property
+    def where(self) -> str:
+        """The cluster, in words."""
         if self.address.startswith(GATEWAY):
-            return f"the Dask Gateway cluster {self.address[len(GATEWAY) :]} was lost"
-        return f"the Dask scheduler at {self.address} was lost"
+            return f"the Dask Gateway cluster {self.address[len(GATEWAY) :]}"
+        return f"the Dask scheduler at {self.address}"
 
-    def submit(self, limits: Limits, nb_json: str, files: dict[str, bytes], student: str = ""):
-        return self.client.submit(grade, *self.task, limits, nb_json, files, student, pure=False,
-                                  retries=1)  # fmt: skip
+    def gone(self) -> str:
+        return f"{self.where} was lost"
+
+    def reconnected(self) -> None:
+        """Once the client lost its connection to the scheduler: wait while Dask connects it
+        again (for its ``distributed.comm.timeouts.connect``), warm the workers again (the
+        leash let the plugin go as the client left) and wait for a worker (a scheduler started
+        again has none until they join it). Raise :class:`concurrent.futures.CancelledError`
+        (the pool is lost) if either does not come."""
+        import dask
+        from dask.utils import parse_timedelta
+
+        wait = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect")) + 10
+        deadline = time.monotonic() + wait
+        while self.client.status == "connecting" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.client.status != "running":
+            raise cf.CancelledError(f"no connection again within {wait:.0f} s")
+        self._warm()
+        try:
+            self.client.wait_for_workers(1, timeout=WORKER_WAIT)
+        except Exception as error:  # noqa: BLE001 — the wait's timeout, or the connection lost
+            raise cf.CancelledError(f"no worker within {WORKER_WAIT} s: {error}") from None
 
     def close(self) -> None:
         if self.client is None:
@@ -403,3 +424,40 @@ class DaskPool(Workers):
         if self.scratch is not None:
             self.scratch.cleanup()
         self.cluster = self.scratch = None
+
+
+WORKER_WAIT = 120  # seconds a scheduler that came back gets to have a worker again
+DISCONNECTED = "scheduler-connection-lost"  # Dask's reason for the futures it cancels
+
+
+class Reconnecting(Resending):
+    """A :class:`DaskPool`'s work. Dask cancels every future of a client that loses its
+    connection to the scheduler, even for a moment, and the scheduler drops their tasks; once
+    the client is connected again (:meth:`DaskPool.reconnected`), the work whose result had not
+    been taken is sent again, :attr:`~autograder.respawn.Resending.RESTARTS` times a batch."""
+
+    def __init__(self, pool: DaskPool):
+        super().__init__(grade, RECONNECTED.replace("{where}", pool.where))
+        self.pool = pool
+
+    def _submit(self, *args):
+        return self.pool.client.submit(grade, *self.pool.task, *args, pure=False, retries=1)
+
+    def _broke(self, error: BaseException | None) -> bool:
+        return isinstance(error, cf.CancelledError) and getattr(error, "reason", "") == DISCONNECTED
+
+    def _dropped(self, future) -> bool:
+        return future.cancelled()  # (a result that came, not yet taken, is cancelled too)
+
+    def _spent(self) -> BaseException:
+        return cf.CancelledError(f"the connection was lost {self.restarts + 1} times")
+
+    def _again(self) -> None:
+        self.pool.reconnected()
+
+
+RECONNECTED = (
+    "attn-grade batch: the connection to {where} was lost and came back; the {n} notebook(s) "
+    "sent to the cluster and not graded yet were sent again (reconnection {restart} of the "
+    "{of} a batch gets)"
+)

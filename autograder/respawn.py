@@ -1,15 +1,17 @@
-"""Worker processes that outlive one of them killed from outside.
+"""Work sent again when the workers that held it were lost and are had again.
 
 A :class:`concurrent.futures.ProcessPoolExecutor` one of whose processes is killed (the system's
 out-of-memory killer, say) is broken for good: every result still to come fails with it, and so
 does everything sent to it later. :class:`Processes` starts the processes again and sends again
-the work whose result had not come, as Dask does for a worker it lost, :attr:`Processes.RESTARTS`
+the work whose result had not come, as Dask does for a worker it lost, :attr:`Resending.RESTARTS`
 times; past that :class:`concurrent.futures.BrokenExecutor` is raised, as it was. Each restart
 says so in one line on stderr, above any progress bar.
 
 ``attn-grade batch``'s local pool (:class:`autograder.pool.Pool`) and ``attn-grade feedback``
 (:mod:`autograder.class_feedback`) run on it. Nothing a student wrote runs in these processes
 (a notebook's code runs in a sandbox of its own), so a student cannot break them.
+:class:`Resending` is what it shares with a Dask cluster's work, which a lost connection to the
+scheduler cancels (:class:`autograder.pool.Reconnecting`).
 """
 
 from __future__ import annotations
@@ -25,78 +27,137 @@ from typing import Any
 
 
 class Sent:
-    """Work sent to the processes: its arguments (to send it again if its process dies) and the
-    future of its result."""
+    """Work sent to the workers: its arguments (to send it again if its workers are lost) and
+    the future of its result."""
 
     def __init__(self, args: tuple, order: int):
         self.args, self.order = args, order
-        self.future: cf.Future = _broken()  # until it is sent
+        self.future: Any = None  # until it is sent
 
 
-class Processes:
-    """Processes that run ``task``, started by ``start(again)`` (``again``: after a break); each
-    restart prints ``said``, formatted with ``n`` (the work sent again), ``restart`` and ``of``."""
+class Resending:
+    """Work sent to workers that can be lost all at once and had again. Each piece is kept until
+    its result is taken; when the workers are lost, they are had again and every piece whose
+    result had not come is sent again, in order, :attr:`RESTARTS` times; each time ``said`` is
+    printed, formatted with ``n`` (the work sent again), ``restart`` and ``of``. A kind of
+    workers says how to send (:meth:`_submit`), what a loss looks like (:meth:`_broke`,
+    :meth:`_dropped`) and how to have them again (:meth:`_again`)."""
 
-    RESTARTS = 3  # breaks it gets over; the next one is raised
+    RESTARTS = 3  # losses it gets over; the next one is raised
 
-    def __init__(self, start: Callable[[bool], cf.ProcessPoolExecutor], task: Callable, said: str):
-        self.start, self.task, self.said = start, task, said
+    def __init__(self, task: Callable, said: str):
+        self.task, self.said = task, said
         self.restarts = 0
         # Sent, by order, their results not yet taken; held by the caller only (work it stopped
         # waiting for is not sent again, nor kept)
         self.sent: weakref.WeakValueDictionary[int, Sent] = weakref.WeakValueDictionary()
         self.order = itertools.count()
-        self.executor = start(False)
+
+    def _submit(self, *args) -> Any:
+        """A future of ``task(*args)`` on the workers; raises what :meth:`_broke` tells when
+        they are lost."""
+        raise NotImplementedError
+
+    def _broke(self, error: BaseException) -> bool:
+        """Whether ``error``, from a result or a send, means the workers were lost."""
+        raise NotImplementedError
+
+    def _dropped(self, future: Any) -> bool:
+        """Whether ``future``'s work was lost with its workers (and is to be sent again)."""
+        return not self._came(future)
+
+    def _again(self) -> None:
+        """Have the workers again, after a loss; raise what tells they cannot be had (the last
+        loss's error once :attr:`RESTARTS` are spent: :meth:`_spent`)."""
+        raise NotImplementedError
+
+    def _spent(self) -> BaseException:
+        """The error raised at a loss once :attr:`RESTARTS` are spent."""
+        raise NotImplementedError
 
     def submit(self, *args) -> Sent:
-        """Send ``task(*args)`` to a process; the caller keeps what this returns until it has
+        """Send ``task(*args)`` to the workers; the caller keeps what this returns until it has
         taken its :meth:`result`."""
         sent = Sent(args, next(self.order))
         self.sent[sent.order] = sent
-        if not self._send(sent):  # broken since the last result was taken
+        if not self._send(sent):  # lost since the last result was taken
             self._restart()  # which sends it, with the rest
         return sent
 
     def result(self, sent: Sent) -> Any:
-        """The result of ``sent`` (or the error the task raised), sent again after each break."""
+        """The result of ``sent`` (or the error the task raised), sent again after each loss."""
         while True:
-            future = sent.future
-            try:
-                return future.result()
-            except cf.BrokenExecutor:
-                if sent.future is future:  # not sent again yet
-                    self._restart()
-            finally:
-                if _came(future):
-                    self.sent.pop(sent.order, None)
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)  # a second call does nothing
+            future = sent.future  # (None: not sent, the workers lost as it was)
+            if future is not None:
+                try:
+                    return future.result()
+                except Exception as error:
+                    if not self._broke(error):
+                        raise
+                finally:
+                    if self._came(future):
+                        self.sent.pop(sent.order, None)
+            if sent.future is future:  # not sent again since
+                self._restart()
 
     def _send(self, sent: Sent) -> bool:
         try:
-            sent.future = self.executor.submit(self.task, *sent.args)
-        except cf.BrokenExecutor:
+            sent.future = self._submit(*sent.args)
+        except Exception as error:
+            if not self._broke(error):
+                raise
             return False
         return True
 
     def _restart(self) -> None:
-        """Start the processes again and send again what had not come; raise
-        :class:`concurrent.futures.BrokenExecutor` once they broke :attr:`RESTARTS` times."""
-        _let_go(self.executor)
+        """Have the workers again and send again what had not come; raise :meth:`_spent` once
+        they were lost :attr:`RESTARTS` times."""
         if self.restarts >= self.RESTARTS:
-            raise cf.BrokenExecutor(f"the worker processes died {self.restarts + 1} times")
+            raise self._spent()
         self.restarts += 1
-        self.executor = self.start(True)
+        self._again()
         held = [self.sent.get(order) for order in sorted(self.sent.keys())]
-        again = [sent for sent in held if sent is not None and not _came(sent.future)]
+        again = [s for s in held if s is not None and (s.future is None or self._dropped(s.future))]
         for sent in again:
-            if not self._send(sent):  # broken again at once: the next result restarts it
-                sent.future = _broken()
+            if not self._send(sent):  # lost again at once: the next result restarts them
+                sent.future = None
         from tqdm import tqdm
 
         said = self.said.format(n=len(again), restart=self.restarts, of=self.RESTARTS)
         tqdm.write(said, file=sys.stderr)
+
+    def _came(self, future: Any) -> bool:
+        """Whether ``future`` holds a result or the task's own error (not a lost worker's)."""
+        if future is None or not future.done() or future.cancelled():  # (by a loss, a shutdown)
+            return False
+        return not self._broke(future.exception())
+
+
+class Processes(Resending):
+    """Processes that run ``task``, started by ``start(again)`` (``again``: after a break): a
+    broken executor's are started again (see the module doc)."""
+
+    def __init__(self, start: Callable[[bool], cf.ProcessPoolExecutor], task: Callable, said: str):
+        super().__init__(task, said)
+        self.start = start
+        self.executor = start(False)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)  # a second call does nothing
+
+    def _submit(self, *args) -> cf.Future:
+        return self.executor.submit(self.task, *args)
+
+    def _broke(self, error: BaseException | None) -> bool:
+        return isinstance(error, cf.BrokenExecutor)
+
+    def _spent(self) -> BaseException:
+        _let_go(self.executor)
+        return cf.BrokenExecutor(f"the worker processes died {self.restarts + 1} times")
+
+    def _again(self) -> None:
+        _let_go(self.executor)
+        self.executor = self.start(True)
 
 
 def _let_go(executor: cf.ProcessPoolExecutor) -> None:
@@ -116,16 +177,3 @@ def _drain(reader) -> None:
     with contextlib.suppress(Exception):
         while True:
             reader.recv_bytes()
-
-
-def _came(future: cf.Future) -> bool:
-    """Whether ``future`` holds a result or the task's own error (not a broken pool's)."""
-    if not future.done() or future.cancelled():  # (cancelled: by the broken pool's shutdown)
-        return False
-    return not isinstance(future.exception(), cf.BrokenExecutor)
-
-
-def _broken() -> cf.Future:
-    future = cf.Future()
-    future.set_exception(cf.BrokenExecutor("the worker processes died as they started"))
-    return future

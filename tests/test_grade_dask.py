@@ -1,10 +1,12 @@
-"""``attn-grade batch --dask``: grading on a Dask cluster, and a worker killed mid-batch.
+"""``attn-grade batch --dask``: grading on a Dask cluster, and what happens to clusters mid-batch.
 
 A ``LocalCluster`` of two single-threaded worker processes (with nannies, as on a real cluster)
 grades a class of lesson 02; as soon as the first student is recorded one worker is killed with
-SIGKILL. Every student must still be graded exactly once, with the scores the local pool gives a
-copy of the same course, and nothing of the killed worker's sandboxes may be left running.
-Every worker warms its templates as the batch reaches it, or as it joins during the batch.
+SIGKILL. Every student must still be graded exactly once, with the scores the local pool gives
+the same class, and nothing of the killed worker's sandboxes may be left running. The batch's
+connection to its scheduler cut for a moment, or a scheduler started again, costs nothing
+either; a scheduler lost for good stops the batch, and a rerun grades the rest. Every worker
+warms its templates as the batch reaches it, or as it joins during the batch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -48,16 +51,20 @@ def _class(course: Path) -> list[str]:
     return names
 
 
-def _class_and_copy(tmp_path: Path) -> tuple[Path, list[str], Path]:
-    """A course of lesson 02 with its class submitted, their names, and a copy of it (to grade
-    on the local pool for the scores to compare with)."""
-    (tmp_path / "dask").mkdir()
-    (tmp_path / "local").mkdir()
-    course = make_course(tmp_path / "dask", [LESSON])
-    names = _class(course)
-    local = tmp_path / "local"
-    shutil.copytree(course, local, dirs_exist_ok=True)
-    return course, names, local
+def _class_course(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A course of lesson 02 with its class submitted, and their names."""
+    course = make_course(tmp_path, [LESSON])
+    return course, _class(course)
+
+
+@pytest.fixture(scope="module")
+def local_scores(tmp_path_factory) -> dict[str, float]:
+    """The scores the local pool gives the class (every course of it alike): what grading it on
+    a cluster must give, whatever happened to the cluster."""
+    course, _ = _class_course(tmp_path_factory.mktemp("local"))
+    out, err = (batch := _batch(course, "--workers", "2")).communicate(timeout=600)
+    assert batch.returncode == 0, err[-3000:]
+    return _scores(course)
 
 
 def _scores(course: Path, lesson: str = LESSON) -> dict[str, float]:
@@ -65,12 +72,23 @@ def _scores(course: Path, lesson: str = LESSON) -> dict[str, float]:
         return {s.student.id: s.score for s in gb.find_assignment(lesson).submissions}
 
 
-def _batch(course: Path, *extra: str) -> subprocess.Popen:
+def _every_student_graded_once(course: Path, names: list[str], out: str, scores: dict) -> None:
+    """The batch's JSON ``out`` says every student ``names`` was graded, the course's history
+    records each once, and the gradebook holds ``scores`` (the local pool's)."""
+    results = {r["student"]: r for r in json.loads(out)}
+    assert sorted(results) == names and {r["status"] for r in results.values()} == {"graded"}
+    recorded = [e["student"] for e in history.entries(course, LESSON)]
+    assert sorted(recorded) == names  # each student graded once: one line each
+    assert _scores(course) == scores
+    assert _scores(course)["s00-honest"] == 17.0
+
+
+def _batch(course: Path, *extra: str, **environ: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--json",
          "--timeout", "20", *extra],
-        cwd=course, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        stdin=subprocess.DEVNULL,
+        cwd=course, env=env(**environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 
@@ -86,10 +104,10 @@ def _sandboxes_of(pid: int) -> list[int]:
     return found
 
 
-def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
+def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path, local_scores):
     from distributed import Client, LocalCluster
 
-    course, names, local = _class_and_copy(tmp_path)
+    course, names = _class_course(tmp_path)
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                            host="127.0.0.1", dashboard_address=None,
@@ -97,7 +115,6 @@ def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
     client = Client(cluster)
     try:
         batch = _batch(course, "--dask", cluster.scheduler_address)
-        reference = _batch(local, "--workers", "2")
         deadline = time.monotonic() + 300
         while not list(history.entries(course, LESSON)) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -107,18 +124,12 @@ def test_a_class_graded_on_a_dask_cluster_survives_a_killed_worker(tmp_path):
         assert batch.poll() is None, "the batch ended before a worker could be killed"
         os.kill(victim, signal.SIGKILL)  # a worker dies mid-batch
         out, err = batch.communicate(timeout=600)
-        reference.communicate(timeout=600)
     finally:
         client.close()
         cluster.close()
 
     assert batch.returncode == 0, err[-3000:]
-    results = {r["student"]: r for r in json.loads(out)}
-    assert sorted(results) == names and {r["status"] for r in results.values()} == {"graded"}
-    recorded = [e["student"] for e in history.entries(course, LESSON)]
-    assert sorted(recorded) == names  # each student graded once: one line each
-    assert _scores(course) == _scores(local)
-    assert _scores(course)["s00-honest"] == 17.0
+    _every_student_graded_once(course, names, out, local_scores)
     assert templates, "the killed worker had started no sandbox template"
     deadline = time.monotonic() + 20
     while any(map(limits.alive, templates)) and time.monotonic() < deadline:
@@ -166,47 +177,112 @@ def test_a_cluster_out_of_reach_or_a_malformed_address_is_one_clear_error(tmp_pa
     assert not (course / "autograded").exists() and not (course / ".attn-grade").exists()
 
 
-@contextlib.contextmanager
-def _cluster(port: int, workers: int = 2):
+class _Cluster:
     """A Dask scheduler on 127.0.0.1:``port`` and ``workers`` one-thread workers, each a process
-    of its own started by Dask's command line, as on a real cluster; yields the scheduler's
-    process. Everything is killed at the end, each with its own children."""
-    from distributed import Client
+    of its own started by Dask's command line, as on a real cluster."""
 
-    address = f"tcp://127.0.0.1:{port}"
-    started = []
+    def __init__(self, port: int, workers: int):
+        self.address, self.workers = f"tcp://127.0.0.1:{port}", workers
+        self.started: list[subprocess.Popen] = []
+        self.scheduler = self.start()
 
-    def spawn(*args: str) -> subprocess.Popen:
+    def spawn(self, *args: str) -> subprocess.Popen:
         quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
                  "stderr": subprocess.DEVNULL}  # fmt: skip
         command = [str(BIN / "dask"), *args, "--no-dashboard"]
-        started.append(subprocess.Popen(command, env=env(), start_new_session=True, **quiet))
-        return started[-1]
+        self.started.append(subprocess.Popen(command, env=env(), start_new_session=True, **quiet))
+        return self.started[-1]
 
-    try:
-        scheduler = spawn("scheduler", "--host", "127.0.0.1", "--port", str(port))
-        for _ in range(workers):
-            spawn("worker", address, "--nthreads", "1")
-        with Client(address, timeout="60s") as client:
-            client.wait_for_workers(workers, timeout=120)
-        yield scheduler
-    finally:
-        for process in started:
+    def start(self) -> subprocess.Popen:
+        """Start the scheduler and its workers; return the scheduler's process once they are
+        all connected."""
+        from distributed import Client
+
+        port = self.address.rsplit(":", 1)[1]
+        scheduler = self.spawn("scheduler", "--host", "127.0.0.1", "--port", port)
+        for _ in range(self.workers):
+            self.spawn("worker", self.address, "--nthreads", "1")
+        with Client(self.address, timeout="60s") as client:
+            client.wait_for_workers(self.workers, timeout=120)
+        return scheduler
+
+    def kill(self) -> None:
+        """Kill everything started, each with its own children."""
+        for process in self.started:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
 
-def test_a_lost_scheduler_stops_the_batch_in_one_line_and_a_rerun_grades_the_rest(tmp_path):
+@contextlib.contextmanager
+def _cluster(port: int, workers: int = 2):
+    """A :class:`_Cluster`, killed at the end; yields its scheduler's process."""
+    cluster = _Cluster(port, workers)
+    try:
+        yield cluster.scheduler
+    finally:
+        cluster.kill()
+
+
+class _Relay:
+    """A TCP relay from a free port of 127.0.0.1 to ``port``, as a network between the batch and
+    its scheduler; :meth:`cut` closes every connection it relays (a moment's outage), and it goes
+    on taking new ones."""
+
+    def __init__(self, port: int):
+        self.target = port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                near, _ = self.server.accept()
+                try:
+                    far = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+                except OSError:  # nothing there (a scheduler down): as a refused connection
+                    near.close()
+                    continue
+                far.settimeout(None)
+                self.open += [near, far]
+                for one, other in ((near, far), (far, near)):
+                    threading.Thread(target=self._pump, args=(one, other), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        for end in self.open:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+        self.open = []
+
+    def close(self) -> None:
+        self.server.close()
+        self.cut()
+
+
+def test_a_lost_scheduler_stops_the_batch_in_one_line_and_a_rerun_grades_the_rest(
+    tmp_path, local_scores
+):
     """The Dask scheduler killed mid-batch: the batch stops with one line that says so and how
     many students it graded, status 2, no traceback; no student is recorded with an error that
     is not theirs. A rerun on a new cluster grades the others, each student once in all, with
     the scores the local pool gives."""
-    course, names, local = _class_and_copy(tmp_path)
-    reference = _batch(local, "--workers", "2")
+    course, names = _class_course(tmp_path)
     port = _free_port()
-    with _cluster(port) as scheduler:
-        batch = _batch(course, "--dask", f"tcp://127.0.0.1:{port}")
+    with _cluster(port) as scheduler:  # (its client waits 5 s, not 30, for it to come back)
+        batch = _batch(course, "--dask", f"tcp://127.0.0.1:{port}",
+                       DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="5s")  # fmt: skip
         deadline = time.monotonic() + 300
         while len(list(history.entries(course, LESSON))) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -228,13 +304,60 @@ def test_a_lost_scheduler_stops_the_batch_in_one_line_and_a_rerun_grades_the_res
     with _cluster(port):
         rerun = _batch(course, "--dask", f"tcp://127.0.0.1:{port}")
         out, err = rerun.communicate(timeout=600)
-    reference.communicate(timeout=600)
     assert rerun.returncode == 0, err[-3000:]
     results = {r["student"]: r["status"] for r in json.loads(out)}
     assert results == {name: "skipped" if name in first else "graded" for name in names}
     recorded = [e["student"] for e in history.entries(course, LESSON)]
     assert sorted(recorded) == names  # each student graded once, across the two runs
-    assert _scores(course) == _scores(local)
+    assert _scores(course) == local_scores
+
+
+def _graded(course: Path, n: int, batch: subprocess.Popen) -> None:
+    """Wait until ``n`` students of the batch are recorded; it must still be running."""
+    deadline = time.monotonic() + 300
+    while len(list(history.entries(course, LESSON))) < n and time.monotonic() < deadline:
+        if batch.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert batch.poll() is None, (f"the batch ended before {n} students were graded",
+                                  batch.communicate()[1][-3000:])  # fmt: skip
+
+
+def test_a_scheduler_out_of_reach_for_a_moment_or_started_again_costs_nobody_anything(
+    tmp_path, local_scores
+):
+    """Dask cancels every future of a client that loses its connection to the scheduler, even
+    for a moment. The batch's connection is cut once (a network's outage: a relay in between
+    drops it), then its scheduler is killed and started again on the same address, with new
+    workers (as a cluster's supervisor does). Each time the batch connects again, sends again
+    what was not graded and says so in one line; it exits 0, every student graded once, with
+    the scores the local pool gives."""
+    course, names = _class_course(tmp_path)
+    cluster = _Cluster(_free_port(), workers=2)
+    relay = _Relay(int(cluster.address.rsplit(":", 1)[1]))
+    try:
+        batch = _batch(course, "--dask", f"tcp://127.0.0.1:{relay.port}")
+        _graded(course, 3, batch)
+        relay.cut()
+        _graded(course, 8, batch)
+        for process in cluster.started:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        cluster.scheduler = cluster.start()
+        out, err = batch.communicate(timeout=600)
+    finally:
+        relay.close()
+        cluster.kill()
+    assert batch.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    said = [line for line in err.splitlines() if "came back" in line]
+    where = f"the Dask scheduler at tcp://127.0.0.1:{relay.port}"
+    assert len(said) == 2, err[-3000:]
+    for n, line in enumerate(said, 1):
+        assert line.startswith(f"attn-grade batch: the connection to {where} was lost and came "
+                               "back; the "), line  # fmt: skip
+        assert line.endswith(f"were sent again (reconnection {n} of the 3 a batch gets)"), line
+    _every_student_graded_once(course, names, out, local_scores)
 
 
 def _free_port() -> int:
@@ -421,7 +544,7 @@ def test_workers_warm_a_template_per_thread_when_a_batch_starts_and_as_they_join
             assert _until(lambda: len(_templates_of(first)) == 2), _templates_of(first)
             warm = _templates_of(first)
             honest = json.dumps(student_notebook(LESSON, {}))
-            graded = batch.submit(Limits(), honest, {}, "honest").result(timeout=300)
+            graded = batch.outcome(batch.send(Limits(), honest, {}, "honest"))
             assert graded["verdicts"] and all(v["passed"] for v in graded["verdicts"]), graded
             assert _templates_of(first) == warm  # the grading took one of them
 

@@ -48,7 +48,7 @@ class Tiny(Pool):
     lesson)."""
 
     def __init__(self):
-        self.templates, self.processes = (), Processes(one_process, _work, RESTARTED)
+        self.templates, self.sending = (), Processes(one_process, _work, RESTARTED)
 
 
 def send(pool: Pool, student: str = "", **spec):
@@ -68,10 +68,10 @@ def test_a_killed_worker_is_started_again_and_what_it_held_is_sent_again(tmp_pat
         send(pool)  # queued behind it, and dropped by its sender: not sent again, nor kept
         behind = send(pool)  # queued behind it: broken with it, sent again
         again = pool.outcome(dies)["pid"]
-        assert again != first and pool.lost == "" and pool.processes.restarts == 1
+        assert again != first and pool.lost == "" and pool.sending.restarts == 1
         assert pool.outcome(behind)["pid"] == again
         assert pool.outcome(came)["pid"] == first  # not sent again
-        assert pool.outcome(send(pool))["pid"] == again and not pool.processes.sent
+        assert pool.outcome(send(pool))["pid"] == again and not pool.sending.sent
         said = capsys.readouterr().err
         assert said == RESTARTED.format(n=2, restart=1, of=Processes.RESTARTS) + "\n", said
     finally:
@@ -82,7 +82,7 @@ def test_a_pool_that_breaks_more_often_than_a_batch_gets_over_is_lost(capsys):
     pool = Tiny()
     try:
         assert pool.outcome(send(pool, dies=True)) is None
-        assert pool.processes.restarts == Processes.RESTARTS
+        assert pool.sending.restarts == Processes.RESTARTS
         assert pool.lost == (
             f"a worker process of the batch died {Processes.RESTARTS + 1} times (killed from "
             "outside: out of memory?)"
