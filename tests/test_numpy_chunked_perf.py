@@ -16,7 +16,7 @@ from strategies import normal
 from threadpoolctl import threadpool_limits
 
 import attnlib.numpy as an
-from attnlib.measure import peak_memory, peak_rss_growth, time_call
+from attnlib.measure import peak_memory, time_call
 from attnlib.numpy.chunked import choose_blocks, tiled_attention
 
 pytestmark = pytest.mark.lesson05
@@ -200,8 +200,14 @@ def test_block_choice_fits_the_problem_and_the_cache():
 def test_measure_helpers():
     assert time_call(lambda: sum(range(100)), repeats=3) > 0
     assert 7 * MiB <= peak_memory(lambda: np.ones(1 << 20)) <= 9 * MiB  # 8 MiB of float64
-    growth = peak_rss_growth(lambda: np.ones(1 << 22))  # 32 MiB, touched
-    assert growth is None or growth >= 16 * MiB
+    # In a fresh process, as its doc says: here the allocator may reuse memory it kept resident
+    # from an earlier test, and the growth reads 0.
+    fresh = ("import numpy as np; from attnlib.measure import peak_rss_growth; "
+             "print(peak_rss_growth(lambda: np.ones(1 << 22)))")  # 32 MiB, touched  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    growth = None if done.stdout.strip() == "None" else int(done.stdout)
+    assert growth is None or 24 * MiB <= growth <= 40 * MiB, growth
     with pytest.raises(ValueError, match="repeats >= 1"):
         time_call(lambda: None, repeats=0)
 
