@@ -441,7 +441,7 @@ class Reconnecting(Resending):
         self.pool = pool
 
     def _submit(self, *args):
-        return self.pool.client.submit(grade, *self.pool.task, *args, pure=False, retries=1)
+        return self.pool.client.submit(self.task, *self.pool.task, *args, pure=False, retries=1)
 
     def _broke(self, error: BaseException | None) -> bool:
         return isinstance(error, cf.CancelledError) and getattr(error, "reason", "") == DISCONNECTED

@@ -58,7 +58,7 @@ class Resending:
         they are lost."""
         raise NotImplementedError
 
-    def _broke(self, error: BaseException) -> bool:
+    def _broke(self, error: BaseException | None) -> bool:
         """Whether ``error``, from a result or a send, means the workers were lost."""
         raise NotImplementedError
 
@@ -134,8 +134,8 @@ class Resending:
 
 
 class Processes(Resending):
-    """Processes that run ``task``, started by ``start(again)`` (``again``: after a break): a
-    broken executor's are started again (see the module doc)."""
+    """Processes that run ``task``, started by ``start(again)`` (``again``: after a break); when
+    one dies, the executor is broken, and new processes are started (see the module doc)."""
 
     def __init__(self, start: Callable[[bool], cf.ProcessPoolExecutor], task: Callable, said: str):
         super().__init__(task, said)
