@@ -463,20 +463,11 @@ print("spy:", "FOUND" if count > 2 or files else "clean")
             2, "looks for the Dask worker it runs on and for any server listening on the "
                "grader's machine (a Dask scheduler runs any code on every worker), asks each "
                "for the workers' environment",
+            # The looking runs in a thread that the next cells wait for, each well within the
+            # cell's timeout: importing Dask alone takes a second of CPU, more on a busy host.
             extra=["""
-import os, socket
+import os, threading
 reached = []
-try:
-    from distributed import get_worker
-    reached.append(f"worker {get_worker().address}")
-except Exception:
-    pass
-addresses = [os.environ.get("DASK_SCHEDULER_ADDRESS")]
-with open("/proc/net/tcp") as table:  # every listening TCP socket (state 0A) of this network
-    for line in table.read().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if state == "0A":
-            addresses.append(f"tcp://127.0.0.1:{int(local.split(':')[1], 16)}")
 def ask(address):
     try:
         from distributed import Client
@@ -485,14 +476,28 @@ def ask(address):
         reached.append(f"{address} {found}")
     except Exception:
         pass
-import threading, time
-asking = [threading.Thread(target=ask, args=(a,), daemon=True) for a in filter(None, addresses)]
-for thread in asking:
-    thread.start()
-until = time.monotonic() + 2.5  # within the cell's timeout, whatever a server does
-for thread in asking:
-    thread.join(max(0, until - time.monotonic()))
-print("cluster:", "REACHED " + "; ".join(reached) if reached else "none reached")
+def look():
+    try:
+        from distributed import get_worker
+        reached.append(f"worker {get_worker().address}")
+    except Exception:
+        pass
+    addresses = [os.environ.get("DASK_SCHEDULER_ADDRESS")]
+    with open("/proc/net/tcp") as table:  # every listening TCP socket (state 0A) of this network
+        for line in table.read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":
+                addresses.append(f"tcp://127.0.0.1:{int(local.split(':')[1], 16)}")
+    asking = [threading.Thread(target=ask, args=(a,), daemon=True) for a in filter(None, addresses)]
+    for thread in asking:
+        thread.start()
+    for thread in asking:
+        thread.join(5)  # whatever a server does
+looking = threading.Thread(target=look, daemon=True)
+looking.start()
+""", *["looking.join(2)\n"] * 5, """
+print("cluster:", "REACHED " + "; ".join(reached) if reached
+      else "still looking" if looking.is_alive() else "none reached")
 """], lost={}),
         "fills-the-disk": Attack(
             2, "writes /tmp, its home and its working directory full",
