@@ -14,7 +14,6 @@ See docs/grading.md.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import secrets
@@ -206,14 +205,16 @@ def _batch(args) -> int:
                 file=sys.stderr,
             )
             return 2
+    from .journal import unfinished
     from .pool import PoolError, start
 
-    # the workers warm their templates while nbgrader and the course's configuration load
+    # The workers warm their templates while nbgrader and the course's configuration load, if
+    # anyone is to be graded: a rerun of a finished batch starts none (nor reaches a cluster).
     workers = max(1, args.workers)
     try:
         pool = (
             start(args.lesson, workers, isolation, args.dask)
-            if _has_submissions(course, args.lesson)
+            if args.force or unfinished(course, args.lesson)
             else None
         )
     except PoolError as problem:
@@ -377,11 +378,6 @@ def _user() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return f"uid {os.geteuid()}"
-
-
-def _has_submissions(course: Path, lesson: str) -> bool:
-    """Whether ``course/submitted/*/LESSON`` has anything (nbgrader's default layout)."""
-    return any((course / "submitted").glob(f"*/{glob.escape(lesson)}"))
 
 
 def course_setting(course: Path, section: str, name: str, default: float) -> float:

@@ -554,7 +554,7 @@ def student_stats(
 
 def why_not_graded(course: Path, lesson: str) -> dict[str, str]:
     """student → the error the last ``attn-grade batch`` of ``lesson`` gave them (the journal's)."""
-    from .batch import journal_entries
+    from .journal import journal_entries
 
     return {student: str(entry.get("error") or "")
             for student, entry in journal_entries(course, lesson).items()

@@ -29,7 +29,7 @@ from nbgrader.api import Gradebook
 from test_grade_students import STUDENTS, student_notebook, submit
 
 from autograder import history, limits, view
-from autograder.batch import journal_entries
+from autograder.journal import journal_entries
 from autograder.limits import Limits
 from autograder.pool import QUIET_SCHEDULER, DaskPool
 
