@@ -9,35 +9,43 @@ EXPECT_MS = 30_000
 
 # `make test` runs the suite's files side by side (pytest-xdist, ``--dist loadfile``: each file
 # whole in one worker, so its module fixtures are set up once), in the order collected. Every file
-# that takes over 20 s is here, longest first (``--durations=0`` summed per file, two workers on two
-# cores, 2026-11-28: 889, 507, 374, 373, 219 … 21 s), so each worker takes the longest file left
-# when it is free and none is left running a long one alone at the end. A file missing here starts
-# after these; the order of the tests inside a file is kept.
+# that takes over 20 s is here, longest first (each test's wall time summed per file, two workers
+# on two cores, 2026-12-01: 943, 767, 766, 468, 453 … 21 s), so each worker
+# takes the longest file left when it is free and none is left running a long one alone at the
+# end. A file missing here starts after these; the order of the tests inside a file is kept.
 LONGEST_FIRST = (
     "test_one_verdict.py",
+    "test_grade_batch.py",
     "test_grade_hostile.py",
+    "test_grade_dask.py",
     "test_autograde.py",
     "test_browser.py",
-    "test_grade_batch.py",
-    "test_grade_dask.py",
-    "test_grade_report.py",
-    "test_grade_cpu.py",
-    "test_grade_postgres.py",
-    "test_grade_names.py",
+    "test_collect_hostile.py",
     "test_grade_check.py",
-    "test_sandbox.py",
-    "test_pytest_plugin.py",
-    "test_grade_batch_memory.py",
-    "test_viz.py",
-    "test_grade_resume.py",
+    "test_memorised_problems.py",
+    "test_grade_cpu.py",
     "test_memorised_modules.py",
-    "test_hub.py",
-    "test_numpy_chunked_perf.py",
-    "test_grade_concurrent.py",
-    "test_browser_lesson06.py",
+    "test_grade_postgres.py",
+    "test_grade_report.py",
+    "test_grade_resume.py",
+    "test_torch_build_and_train.py",
+    "test_sandbox.py",
+    "test_z2jh_exchange.py",
     "test_torch_gpt.py",
+    "test_viz.py",
+    "test_pytest_plugin.py",
+    "test_formgrader_pages.py",
+    "test_grade_names.py",
+    "test_shared_template.py",
+    "test_numpy_chunked_perf.py",
+    "test_hub.py",
+    "test_viz_inside.py",
+    "test_grade_concurrent.py",
     "test_checks_feedback.py",
+    "test_browser_lesson06.py",
     "test_checks_search.py",
+    "test_grade_batch_memory.py",
+    "test_lab.py",
 )
 
 
