@@ -96,6 +96,8 @@ def unfinished(course: Path, lesson: str) -> bool:
     workers then if they are not started yet."""
     entries = journal_entries(course, lesson)
     for folder in Path(course).glob(f"submitted/*/{glob.escape(lesson)}"):
+        if submission.problems(folder, folder.parent, notebooks=[]):
+            return True  # the batch refuses it, and says why; nothing of it is read here
         name = folder.parent.name
         graded = Path(course) / "autograded" / name / lesson
         if not any(graded.glob("*.ipynb")):

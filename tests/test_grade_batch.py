@@ -26,6 +26,7 @@ from test_grade_students import STUDENTS, student_notebook, submit, submit_all
 from traitlets import Float
 from traitlets.config import Config
 
+from autograder import journal
 from autograder.batch import own_code, penalty_rule
 from autograder.journal import Journal
 
@@ -636,6 +637,44 @@ def test_one_student_or_a_glob_of_them_is_graded_and_given_feedback_alone(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["student"] for r in json.loads(done.stdout)] == ["honest"]
     assert sorted(p.name for p in (course / "feedback").iterdir()) == ["honest"]
+
+
+def test_whether_a_rerun_grades_anyone_is_read_from_the_journal_and_sound_folders_alone(
+    tmp_path, monkeypatch
+):
+    """Before it loads nbgrader, the batch asks the journal whether anyone is to be graded, to
+    start its workers early (``journal.unfinished``). A graded student unchanged is done; a new
+    file, a lost autograded notebook or a folder the batch refuses (a link to a folder elsewhere)
+    is not, and nothing behind the link is read."""
+    lesson = "01-scoring"
+    folder = tmp_path / "submitted" / "alice" / lesson
+    folder.mkdir(parents=True)
+    (folder / f"{lesson}.ipynb").write_text("{}")
+    graded = tmp_path / "autograded" / "alice" / lesson
+    graded.mkdir(parents=True)
+    (graded / f"{lesson}.ipynb").write_text("{}")
+    Journal(tmp_path, lesson).mark({"student": "alice", "status": "graded",
+                                    "stamp": journal.stamp_of(folder)})  # fmt: skip
+    assert not journal.unfinished(tmp_path, lesson)
+    (folder / "notes.txt").write_text("changed")
+    assert journal.unfinished(tmp_path, lesson)
+    (folder / "notes.txt").unlink()
+    (graded / f"{lesson}.ipynb").unlink()
+    assert journal.unfinished(tmp_path, lesson)
+    (graded / f"{lesson}.ipynb").write_text("{}")
+    assert not journal.unfinished(tmp_path, lesson)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "submitted" / "bob").mkdir()
+    (tmp_path / "submitted" / "bob" / lesson).symlink_to(elsewhere)
+    (tmp_path / "autograded" / "bob" / lesson).mkdir(parents=True)  # as if graded before
+    (tmp_path / "autograded" / "bob" / lesson / f"{lesson}.ipynb").write_text("{}")
+    read = []
+    stamp_of = journal.stamp_of
+    monkeypatch.setattr(journal, "stamp_of", lambda path: read.append(path) or stamp_of(path))
+    assert journal.unfinished(tmp_path, lesson)
+    assert all(path.parent.name != "bob" for path in read), read
 
 
 def test_a_forced_student_is_graded_again_after_a_kill(tmp_path):
