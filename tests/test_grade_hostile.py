@@ -54,7 +54,10 @@ pytestmark = [
     pytest.mark.lesson02,
     pytest.mark.skipif(view.probe() is not None, reason=f"no sandbox here: {view.probe()}"),
 ]
-TIMEOUT, BUDGET = 3, 40
+# An honest notebook takes about 8 s here while the three ways grade at once beside a busy core;
+# the budget is seven times that, for a slower or busier host (at 40 s, CI once failed the last six
+# cells of two such notebooks).
+TIMEOUT, BUDGET = 3, 60
 # Plain nbgrader autograde stops for every student after a folder whose name holds a line break
 # (its pattern for a student's folder is ``.*``); the course's collect never makes one, and the
 # batch refuses it (docs/grading.md, "What does not hold").
@@ -180,6 +183,18 @@ def scores(course: Path, student: str) -> dict[str, float] | None:
         return {g.name: g.score for g in nb.grades}
 
 
+def errors_shown(course: Path, student: str) -> dict[str, str]:
+    """Each graded cell's error as the student's graded notebook shows it: why a point was lost,
+    for a failure's message."""
+    path = course / "autograded" / student / LESSON / f"{LESSON}.ipynb"
+    if not path.exists():
+        return {}
+    nb = nbformat.read(path, as_version=4)
+    return {cell.metadata["nbgrader"]["grade_id"]: f"{out.get('ename')}: {out.get('evalue')}"[:300]
+            for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("grade")
+            for out in cell.get("outputs", []) if out.output_type == "error"}  # fmt: skip
+
+
 def full(course: Path) -> dict[str, float]:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         return {c.name: c.max_score for c in gb.find_notebook(LESSON, LESSON).grade_cells}
@@ -203,7 +218,8 @@ def autograded_text(course: Path, student: str) -> str:
 def test_honest_students_and_odd_names_keep_every_point(graded, way):
     course = graded[way]
     for student in HONEST + ODD_NAMES:
-        assert scores(course, student) == full(course), (way, student)
+        why = errors_shown(course, student)
+        assert scores(course, student) == full(course), (way, student, why)
         notes = course / "autograded" / student / LESSON / "notes.txt"
         assert notes.read_text() == f"{student}'s own notes\n"  # their files, copied as ever
 
@@ -232,7 +248,7 @@ def test_no_attack_gains_a_point(graded, way, name):
             assert any(why in result["error"] for why in said), result
         return
     expected = {cell: points - attack.lost.get(cell, 0) for cell, points in full(course).items()}
-    assert got == expected, (attack.what, got)
+    assert got == expected, (attack.what, got, errors_shown(course, name))
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -291,8 +307,13 @@ def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded, 
         assert results[shown]["status"] == "refused" and why in results[shown]["error"]
     assert results["two\\nlines"]["status"] == "refused"  # one line of the report
     assert results["corrupted"]["status"] == "error" and "JSON" in results["corrupted"]["error"]
-    # two or three workers; the slowest student is stopped at its budget
-    assert graded[way, "seconds"] < 3 * BUDGET + 240, graded[way, "seconds"]
+    # the slowest student is stopped at its budget (each student's time as the grader measured
+    # it, outside the sandbox), and the batch adds at most 240 s to its students' times, even
+    # were they graded one after another
+    took = {name: r["seconds"] for name, r in results.items()}
+    slowest = max(took, key=took.get)
+    assert took[slowest] < BUDGET + 15, (slowest, took[slowest])
+    assert graded[way, "seconds"] < sum(took.values()) + 240, (graded[way, "seconds"], took)
     for name in HONEST + ODD_NAMES:
         assert results[name]["status"] == "graded" and results[name]["score"] == 17
 
