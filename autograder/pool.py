@@ -25,9 +25,10 @@ pool: it starts its processes again and sends again the notebooks they held, as 
 worker it lost, up to three times a batch (:mod:`autograder.respawn`). A batch whose connection
 to its Dask scheduler is lost, even for a moment, has every notebook it sent cancelled by Dask:
 once the connection is back, it sends them again, up to three times a batch
-(:class:`Reconnecting`). Past that, or once a scheduler does not come back, the pool is lost:
-:class:`Workers` tells that from a submission's own error, and the batch grades the student in
-hand itself, records nobody else, and stops with one line (a rerun grades the rest).
+(:class:`Reconnecting`). Past that, once a scheduler does not come back, or once a cluster has
+had no worker for :func:`worker_wait` seconds (Dask would hold the work for ever), the pool is
+lost: :class:`Workers` tells that from a submission's own error, and the batch grades the student
+in hand itself, records nobody else, and stops with one line (a rerun grades the rest).
 """
 
 from __future__ import annotations
@@ -69,13 +70,13 @@ class Workers:
     lost = ""  # once it is gone: what was lost, for the batch to say
     sending: Resending  # the work sent, sent again when the workers were lost and had again
 
-    def gone(self) -> str:
-        """What was lost, in words."""
+    def gone(self, error: BaseException) -> str:
+        """What was lost, in words (``error``: what told it)."""
         raise NotImplementedError
 
     def _lost(self, error: BaseException) -> bool:
         if isinstance(error, self.LOST):
-            self.lost = self.lost or self.gone()
+            self.lost = self.lost or self.gone(error)
         return bool(self.lost)
 
     def _unless_lost(self, call):
@@ -229,7 +230,7 @@ class Pool(Workers):
         """The worker processes, as they are now."""
         return self.sending.executor
 
-    def gone(self) -> str:
+    def gone(self, error: BaseException) -> str:
         restarts = self.sending.restarts
         died = f"died {restarts + 1} times" if restarts else "died"
         return f"a worker process of the batch {died} (killed from outside: out of memory?)"
@@ -295,6 +296,7 @@ class DaskPool(Workers):
         for name in ("distributed.batched", "distributed.client"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         self.cluster = self.gateway_cluster = self.warming = self.scratch = None
+        self.wait = worker_wait()
         self.sending = Reconnecting(self)
         if address.startswith("gateway://"):  # what a Gateway cluster prints as its address
             raise PoolError(
@@ -379,8 +381,37 @@ class DaskPool(Workers):
             return f"the Dask Gateway cluster {self.address[len(GATEWAY) :]}"
         return f"the Dask scheduler at {self.address}"
 
-    def gone(self) -> str:
+    def gone(self, error: BaseException) -> str:
+        if isinstance(error, NoWorker):
+            return f"{self.where} had no worker for {error.seconds:g} s"
         return f"{self.where} was lost"
+
+    def result_of(self, future):
+        """``future``'s result, the cluster watched meanwhile: one that has had no worker for
+        :func:`worker_wait` seconds on end is lost (:class:`NoWorker`), for no worker is coming
+        to grade what the batch sent (Dask would hold it for ever)."""
+        idle_since = None
+        while True:
+            try:
+                return future.result(timeout=WATCH)
+            except TimeoutError:  # not yet: is there a worker to grade it?
+                pass
+            if self._has_worker():
+                idle_since = None
+                continue
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= self.wait:
+                raise NoWorker(self.wait)
+
+    def _has_worker(self) -> bool:
+        """Whether the cluster has a worker now; True when that cannot be told (the connection to
+        the scheduler lost: Dask then cancels what was sent, which the batch waits for)."""
+        if self.client.status != "running":
+            return True
+        try:
+            return bool(self.client.nthreads())
+        except Exception:  # noqa: BLE001 — the connection lost as it was asked
+            return True
 
     def reconnected(self) -> None:
         """Once the client lost its connection to the scheduler: wait while Dask connects it
@@ -399,9 +430,9 @@ class DaskPool(Workers):
             raise cf.CancelledError(f"no connection again within {wait:.0f} s")
         self._warm()
         try:
-            self.client.wait_for_workers(1, timeout=WORKER_WAIT)
+            self.client.wait_for_workers(1, timeout=self.wait)
         except Exception as error:  # noqa: BLE001 — the wait's timeout, or the connection lost
-            raise cf.CancelledError(f"no worker within {WORKER_WAIT} s: {error}") from None
+            raise cf.CancelledError(f"no worker within {self.wait:g} s: {error}") from None
 
     def close(self) -> None:
         if self.client is None:
@@ -426,7 +457,36 @@ class DaskPool(Workers):
         self.cluster = self.scratch = None
 
 
-WORKER_WAIT = 120  # seconds a scheduler that came back gets to have a worker again
+WATCH = 5.0  # seconds between two looks at a cluster's workers while a result is waited for
+
+
+def worker_wait() -> float:
+    """Seconds a batch waits for its Dask cluster to have a worker, mid-batch or once connected
+    again: Dask's setting ``attn-grade.worker-wait`` (the environment's
+    ``DASK_ATTN_GRADE__WORKER_WAIT``), ten minutes unless set, for an adaptive cluster may start
+    its first worker only once the batch has sent it work."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    setting = dask.config.get("attn-grade.worker-wait", "10 minutes")
+    try:
+        seconds = parse_timedelta(setting)
+    except (KeyError, ValueError, TypeError):
+        seconds = None
+    if seconds is None or seconds <= 0:
+        raise PoolError(f"Dask's setting attn-grade.worker-wait is {setting!r}, not a time (90s, "
+                        "10 minutes)")  # fmt: skip
+    return float(seconds)
+
+
+class NoWorker(cf.CancelledError):
+    """The cluster has had no worker for ``seconds`` on end: the pool is lost."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"no worker for {seconds:g} s")
+        self.seconds = seconds
+
+
 DISCONNECTED = "scheduler-connection-lost"  # Dask's reason for the futures it cancels
 
 
@@ -454,6 +514,9 @@ class Reconnecting(Resending):
 
     def _again(self) -> None:
         self.pool.reconnected()
+
+    def _wait(self, future):
+        return self.pool.result_of(future)
 
 
 RECONNECTED = (

@@ -71,6 +71,10 @@ class Resending:
         loss's error once :attr:`RESTARTS` are spent: :meth:`_spent`)."""
         raise NotImplementedError
 
+    def _wait(self, future: Any) -> Any:
+        """``future``'s result, once it comes (a kind of workers may watch them meanwhile)."""
+        return future.result()
+
     def _spent(self) -> BaseException:
         """The error raised at a loss once :attr:`RESTARTS` are spent."""
         raise NotImplementedError
@@ -90,7 +94,7 @@ class Resending:
             future = sent.future  # (None: not sent, the workers lost as it was)
             if future is not None:
                 try:
-                    return future.result()
+                    return self._wait(future)
                 except Exception as error:
                     if not self._broke(error):
                         raise

@@ -167,6 +167,13 @@ def test_a_cluster_out_of_reach_or_a_malformed_address_is_one_clear_error(tmp_pa
         timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "pass --dask gateway:0123abcd" in done.stderr, done.stderr
+    done = subprocess.run(
+        [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--dask", "local:1"],
+        cwd=course, env=env(DASK_ATTN_GRADE__WORKER_WAIT="soon"), capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "attn-grade.worker-wait is 'soon', not a time (90s, 10 minutes)" in done.stderr
     for spec in ("local:0", "local:two"):
         done = subprocess.run(
             [str(BIN / "attn-grade"), "batch", LESSON, "--course", str(course), "--dask", spec],
@@ -271,13 +278,14 @@ class _Relay:
         self.cut()
 
 
-def test_a_lost_scheduler_stops_the_batch_in_one_line_and_a_rerun_grades_the_rest(
+def test_a_scheduler_or_every_worker_lost_stops_the_batch_and_a_rerun_grades_the_rest(
     tmp_path, local_scores
 ):
     """The Dask scheduler killed mid-batch: the batch stops with one line that says so and how
     many students it graded, status 2, no traceback; no student is recorded with an error that
-    is not theirs. A rerun on a new cluster grades the others, each student once in all, with
-    the scores the local pool gives."""
+    is not theirs. So does a rerun on a cluster that loses every worker and keeps its scheduler.
+    A last run on a new cluster grades the others, each student once in all, with the scores
+    the local pool gives."""
     course, names = _class_course(tmp_path)
     port = _free_port()
     with _cluster(port) as scheduler:  # (its client waits 5 s, not 30, for it to come back)
@@ -300,15 +308,40 @@ def test_a_lost_scheduler_stops_the_batch_in_one_line_and_a_rerun_grades_the_res
             "again to grade them")  # fmt: skip
     assert said in err, err[-3000:]
 
+    # Run again on a cluster whose every worker dies mid-batch, its scheduler left running: no
+    # worker comes for attn-grade.worker-wait (4 s here, ten minutes unless configured), and the
+    # batch stops as for a lost scheduler, in one line.
+    cluster = _Cluster(_free_port(), workers=2)
+    try:
+        rerun = _batch(course, "--dask", cluster.address, DASK_ATTN_GRADE__WORKER_WAIT="4s")
+        _graded(course, len(first) + 1, rerun)
+        for worker in cluster.started[1:]:  # each with its nanny: none comes back
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        out, err = rerun.communicate(timeout=120)
+    finally:
+        cluster.kill()
+    assert rerun.returncode == 2, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    journal = journal_entries(course, LESSON)
+    assert {e["status"] for e in journal.values()} == {"graded"}
+    second = set(journal) - first
+    assert second and len(first) + len(second) < len(names)
+    said = (f"attn-grade batch: the Dask scheduler at {cluster.address} had no worker for 4 s: "
+            f"{len(second)} student(s) graded, {len(names) - len(journal)} not yet; run the "
+            "batch again to grade them")  # fmt: skip
+    assert said in err, err[-3000:]
+
     port = _free_port()
     with _cluster(port):
         rerun = _batch(course, "--dask", f"tcp://127.0.0.1:{port}")
         out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err[-3000:]
     results = {r["student"]: r["status"] for r in json.loads(out)}
-    assert results == {name: "skipped" if name in first else "graded" for name in names}
+    graded_before = first | second
+    assert results == {name: "skipped" if name in graded_before else "graded" for name in names}
     recorded = [e["student"] for e in history.entries(course, LESSON)]
-    assert sorted(recorded) == names  # each student graded once, across the two runs
+    assert sorted(recorded) == names  # each student graded once, across the three runs
     assert _scores(course) == local_scores
 
 
