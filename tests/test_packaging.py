@@ -211,11 +211,13 @@ def test_make_lab_serves_the_repo_root_and_opens_lessons():
 @needs_make
 def test_make_test_lints_then_runs_pytest_with_passthrough_args():
     out = _make("-n", "test", "PYTEST_ARGS=-m lesson01 -x").stdout.splitlines()
-    steps = [ln for ln in out if ln.startswith(("ruff ", "pytest"))]
+    steps = [ln for ln in out if ln.startswith(("ruff ", "pytest")) or " -m compileall " in ln]
     jobs = min(len(os.sched_getaffinity(0)), 4)  # what nproc counts
     assert steps == [
         "ruff check .",
         "ruff format --check .",
+        # the course's modules compiled once, not in every process (PYTHONDONTWRITEBYTECODE)
+        ".venv/bin/python -m compileall -q attnlib autograder tests benchmarks >/dev/null",
         f"pytest -n {jobs} --dist loadfile --no-loadscope-reorder -m lesson01 -x",
     ]
     serial = _make("-n", "test", "TEST_JOBS=0", "PYTEST_ARGS=-x").stdout.splitlines()
