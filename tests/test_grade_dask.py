@@ -5,8 +5,9 @@ grades a class of lesson 02; as soon as the first student is recorded one worker
 SIGKILL. Every student must still be graded exactly once, with the scores the local pool gives
 the same class, and nothing of the killed worker's sandboxes may be left running. The batch's
 connection to its scheduler cut for a moment, or a scheduler started again, costs nothing
-either; a scheduler lost for good stops the batch, and a rerun grades the rest. Every worker
-warms its templates as the batch reaches it, or as it joins during the batch.
+either; a scheduler lost for good, or every worker lost with no other joining, stops the batch,
+and a rerun grades the rest. Every worker warms its templates as the batch reaches it, or as it
+joins during the batch.
 """
 
 from __future__ import annotations
