@@ -312,7 +312,7 @@ def test_a_scheduler_or_every_worker_lost_stops_the_batch_and_a_rerun_grades_the
     # Run again on a cluster whose every worker dies mid-batch, its scheduler left running: no
     # worker comes for attn-grade.worker-wait (4 s here, ten minutes unless configured), and the
     # batch stops as for a lost scheduler, in one line.
-    cluster = _Cluster(_free_port(), workers=2)
+    cluster, rerun = _Cluster(_free_port(), workers=2), None
     try:
         rerun = _batch(course, "--dask", cluster.address, DASK_ATTN_GRADE__WORKER_WAIT="4s")
         _graded(course, len(first) + 1, rerun)
@@ -321,6 +321,9 @@ def test_a_scheduler_or_every_worker_lost_stops_the_batch_and_a_rerun_grades_the
             worker.wait()
         out, err = rerun.communicate(timeout=120)
     finally:
+        if rerun is not None and rerun.poll() is None:  # still waiting: not left behind
+            rerun.kill()
+            rerun.wait()
         cluster.kill()
     assert rerun.returncode == 2, err[-3000:]
     assert "Traceback" not in err, err[-3000:]

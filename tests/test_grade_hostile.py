@@ -289,8 +289,12 @@ def test_a_label_the_gradebook_does_not_know_is_named_cut_short_and_as_text(grad
     assert any(f"a cell was labelled {said} for nbgrader" in p for p in result["problems"])
     page = (course / "autograded" / student / LESSON / "attn-feedback.md").read_text()
     assert f"`a cell was labelled {said} for nbgrader" in page  # a code span: text, not markup
-    (entry,) = [e for e in history.entries(course, LESSON) if e["student"] == student]
-    assert [n for n in entry["repaired"] if said in n] and LONG_LABEL[:61] not in str(entry)
+    # one grading, or two where it ran out of time beside others with no CPU quota (as a normal
+    # user) and was graded again alone: the history keeps every grading
+    entries = [e for e in history.entries(course, LESSON) if e["student"] == student]
+    assert entries
+    for entry in entries:
+        assert [n for n in entry["repaired"] if said in n] and LONG_LABEL[:61] not in str(entry)
     assert LONG_LABEL[:61] not in page + json.dumps(result)
 
 
