@@ -44,6 +44,7 @@ from hostile import (
 )
 from nbformat.v4 import new_code_cell, new_markdown_cell
 from nbgrader.api import Gradebook
+from test_autograde import failing_cells
 from test_grade_students import edit_cell, student_notebook, submit
 
 from autograder import history, view
@@ -184,18 +185,6 @@ def scores(course: Path, student: str) -> dict[str, float] | None:
         return {g.name: g.score for g in nb.grades}
 
 
-def errors_shown(course: Path, student: str) -> dict[str, str]:
-    """Each graded cell's error as the student's graded notebook shows it: why a point was lost,
-    for a failure's message."""
-    path = course / "autograded" / student / LESSON / f"{LESSON}.ipynb"
-    if not path.exists():
-        return {}
-    nb = nbformat.read(path, as_version=4)
-    return {cell.metadata["nbgrader"]["grade_id"]: f"{out.get('ename')}: {out.get('evalue')}"[:300]
-            for cell in nb.cells if cell.metadata.get("nbgrader", {}).get("grade")
-            for out in cell.get("outputs", []) if out.output_type == "error"}  # fmt: skip
-
-
 def full(course: Path) -> dict[str, float]:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         return {c.name: c.max_score for c in gb.find_notebook(LESSON, LESSON).grade_cells}
@@ -219,7 +208,7 @@ def autograded_text(course: Path, student: str) -> str:
 def test_honest_students_and_odd_names_keep_every_point(graded, way):
     course = graded[way]
     for student in HONEST + ODD_NAMES:
-        why = errors_shown(course, student)
+        why = failing_cells(course, LESSON, student)
         assert scores(course, student) == full(course), (way, student, why)
         notes = course / "autograded" / student / LESSON / "notes.txt"
         assert notes.read_text() == f"{student}'s own notes\n"  # their files, copied as ever
@@ -249,7 +238,7 @@ def test_no_attack_gains_a_point(graded, way, name):
             assert any(why in result["error"] for why in said), result
         return
     expected = {cell: points - attack.lost.get(cell, 0) for cell, points in full(course).items()}
-    assert got == expected, (attack.what, got, errors_shown(course, name))
+    assert got == expected, (attack.what, got, failing_cells(course, LESSON, name))
 
 
 @pytest.mark.parametrize("way", WAYS)
