@@ -442,22 +442,32 @@ for path in glob.glob({str(repo)!r} + "/attnlib/quiz/*.py") + glob.glob("/opt/**
             extra=["import os\nprint(dict(os.environ))"], lost={}),
         "looks-for-other-students": Attack(
             2, "searches its memory and files for another student's notebook",
+            # The search runs in a thread that the next cells wait for, as the cluster's below:
+            # reading the kernel's 400 MiB takes half a second of CPU, more on a busy host.
             extra=[f"""
-needle = ("{MARKER[:7]}" + "{MARKER[7:]}").encode()
-count = 0
-with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as mem:
-    for line in maps:
-        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-        if "r" in line.split()[1] and hi - lo < 2**28:
-            try:
-                mem.seek(lo)
-                count += mem.read(hi - lo).count(needle)
-            except OSError:
-                pass
-import glob
-files = glob.glob({str(course / "submitted")!r} + "/*/*/*.ipynb") + glob.glob("/tmp/**/*.ipynb",
-                                                                             recursive=True)
-print("spy:", "FOUND" if count > 2 or files else "clean")
+import glob, threading
+found = []
+def search():
+    needle = ("{MARKER[:7]}" + "{MARKER[7:]}").encode()
+    count = 0
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as mem:
+        for line in maps:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if "r" in line.split()[1] and hi - lo < 2**28:
+                try:
+                    mem.seek(lo)
+                    count += mem.read(hi - lo).count(needle)
+                except (OSError, ValueError):
+                    pass
+    if count > 2:
+        found.append(f"{{count}} copies in memory")
+    found.extend(glob.glob({str(course / "submitted")!r} + "/*/*/*.ipynb"))
+    found.extend(glob.glob("/tmp/**/*.ipynb", recursive=True))
+searching = threading.Thread(target=search, daemon=True)
+searching.start()
+""", *["searching.join(2)\n"] * 5, """
+print("spy:", "FOUND " + "; ".join(found) if found
+      else "still looking" if searching.is_alive() else "clean")
 """], lost={}),
         "reaches-for-the-cluster": Attack(
             2, "looks for the Dask worker it runs on and for any server listening on the "

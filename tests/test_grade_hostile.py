@@ -191,9 +191,14 @@ def full(course: Path) -> dict[str, float]:
 
 
 def shown_by_last_cell(course: Path, student: str) -> str:
-    """The text the student's last (appended) cell printed, as graded."""
+    """The text the student's last (appended) cell printed, as graded, and any error it showed
+    (a cell stopped at its timeout prints nothing: the error says so)."""
     nb = nbformat.read(course / "autograded" / student / LESSON / f"{LESSON}.ipynb", as_version=4)
-    return "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    return "".join(
+        o.get("text", "") if o.output_type == "stream" else f"{o.ename}: {o.evalue}\n"
+        for o in nb.cells[-1].outputs
+        if o.output_type in ("stream", "error")
+    )
 
 
 def feedback_page(course: Path, student: str) -> str:
