@@ -237,7 +237,7 @@ def environment(lesson: str) -> dict[str, str]:
     is set as nbgrader sets it when grading, for the self-check too: a lesson that trains a model
     trains it briefly, as in the graded run whose verdict the check foretells."""
     return {
-        "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{os.path.realpath(sys.prefix)}/bin:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
@@ -348,7 +348,16 @@ def command(
 
 
 def template_argv(control_fd: int, isolate: bool) -> list[str]:
-    return [sys.executable, "-m", "autograder.sandbox.template", str(control_fd), str(int(isolate))]
+    return [interpreter(), "-m", "autograder.sandbox.template", str(control_fd), str(int(isolate))]
+
+
+def interpreter() -> str:
+    """``sys.executable`` in its folder's real path, the one the view binds (:func:`python_dirs`):
+    a grader started through a link (a home or course folder reached by a symlink) names a path
+    the sandbox does not have. The name itself is kept: a venv's ``python`` is a link to the base
+    interpreter, and Python finds its venv beside the name it was started by."""
+    folder, name = os.path.split(sys.executable)
+    return os.path.join(os.path.realpath(folder), name)
 
 
 def _parents(path: str) -> list[str]:

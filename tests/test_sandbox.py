@@ -516,9 +516,13 @@ def _with_marker(marker: str) -> list[str]:
     return found
 
 
-def test_a_python_environment_under_tmp_stays_visible_to_each_sandbox(tmp_path):
+def test_a_python_environment_under_tmp_or_reached_by_a_link_stays_visible_to_each_sandbox(
+    tmp_path,
+):
     """A clone made with ``mktemp -d`` keeps its .venv under /tmp, which every sandbox mounts
-    afresh: the environment is bound again inside the new /tmp, read-only."""
+    afresh: the environment is bound again inside the new /tmp, read-only. The grader is started
+    here through a link to that environment (a home or course folder reached by a symlink): the
+    sandbox, which binds the environment by its real path, runs the interpreter by that path."""
     import sysconfig
 
     env_dir = tmp_path / "venv"
@@ -550,9 +554,10 @@ with Template({LESSON!r}) as t:
     r.close()
 print(json.dumps(out))
 """
+    (tmp_path / "link").symlink_to(env_dir)
     done = subprocess.run(
-        [str(env_dir / "bin" / "python"), "-c", script], capture_output=True, text=True,
-        timeout=300, cwd=tmp_path,
+        [str(tmp_path / "link" / "bin" / "python"), "-c", script], capture_output=True,
+        text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     outputs = json.loads(done.stdout.strip().splitlines()[-1])
