@@ -29,6 +29,7 @@ MARKER = "HONEST-MARKER-" + "4b1d" * 4  # in every honest student's notebook
 # A wrong, missing or delegating softmax costs its own exercise only: the later exercises that
 # call it are judged with the course's softmax in its place (attnlib.checks.judge).
 SOFTMAX_ONLY = {"test_softmax": 2}
+MASKS = {"test_causal_mask": 2, "test_padding_mask": 2}  # the exercises that call no softmax
 EVERYTHING = {"test_softmax": 2, "test_masked_softmax": 2, "test_attention": 3,
               "test_causal_mask": 2, "test_padding_mask": 2,
               **{f"test_q{i}": 1 for i in range(1, 7)}}  # fmt: skip
@@ -70,6 +71,9 @@ class Attack:
     drop: list[str] = field(default_factory=list)  # grade_ids of cells deleted
     tamper: Callable[[dict], None] | None = None  # changes the notebook's course cells
     lost: dict[str, int] | str = field(default_factory=dict)
+    # right answers the notebook's time budget may end before: kept where a faster host reaches
+    # them in time, lost (to the budget) where a slower one does not
+    late: dict[str, int] = field(default_factory=dict)
 
 
 def _honest(grade_id: str) -> str:
@@ -563,7 +567,7 @@ while True:
             3, "a right softmax that sleeps just under the cell timeout on every call",
             cells={"softmax": _honest("softmax").replace(
                 '    """Numerically', "    __import__('time').sleep(2.5)\n    \"\"\"Numerically")},
-            lost=EVERYTHING),
+            lost={k: v for k, v in EVERYTHING.items() if k not in MASKS}, late=MASKS),
         "lifts-its-output-cap": Attack(
             3, "raises the sandbox's own output budget, then prints 6 MB and an error of 6 MB",
             extra=["""
