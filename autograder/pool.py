@@ -418,7 +418,8 @@ class DaskPool(Workers):
         again (for its ``distributed.comm.timeouts.connect``), warm the workers again (the
         leash let the plugin go as the client left) and wait for a worker (a scheduler started
         again has none until they join it). Raise :class:`concurrent.futures.CancelledError`
-        (the pool is lost) if either does not come."""
+        (the pool is lost) if the connection does not come back, :class:`NoWorker` if no worker
+        comes for :func:`worker_wait`, as for a cluster that loses its workers mid-batch."""
         import dask
         from dask.utils import parse_timedelta
 
@@ -431,7 +432,9 @@ class DaskPool(Workers):
         self._warm()
         try:
             self.client.wait_for_workers(1, timeout=self.wait)
-        except Exception as error:  # noqa: BLE001 — the wait's timeout, or the connection lost
+        except TimeoutError:
+            raise NoWorker(self.wait) from None
+        except Exception as error:  # noqa: BLE001 — the connection lost again as it waited
             raise cf.CancelledError(f"no worker within {self.wait:g} s: {error}") from None
 
     def close(self) -> None:

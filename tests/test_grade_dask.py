@@ -211,7 +211,8 @@ class _Cluster:
         for _ in range(self.workers):
             self.spawn("worker", self.address, "--nthreads", "1")
         with Client(self.address, timeout="60s") as client:
-            client.wait_for_workers(self.workers, timeout=120)
+            if self.workers:
+                client.wait_for_workers(self.workers, timeout=120)
         return scheduler
 
     def kill(self) -> None:
@@ -284,9 +285,10 @@ def test_a_scheduler_or_every_worker_lost_stops_the_batch_and_a_rerun_grades_the
 ):
     """The Dask scheduler killed mid-batch: the batch stops with one line that says so and how
     many students it graded, status 2, no traceback; no student is recorded with an error that
-    is not theirs. So does a rerun on a cluster that loses every worker and keeps its scheduler.
-    A last run on a new cluster grades the others, each student once in all, with the scores
-    the local pool gives."""
+    is not theirs. So does a rerun on a cluster that loses every worker and keeps its scheduler,
+    and one whose scheduler is started again with no worker, saying that no worker came. A last
+    run on a new cluster grades the others, each student once in all, with the scores the local
+    pool gives."""
     course, names = _class_course(tmp_path)
     port = _free_port()
     with _cluster(port) as scheduler:  # (its client waits 5 s, not 30, for it to come back)
@@ -309,32 +311,40 @@ def test_a_scheduler_or_every_worker_lost_stops_the_batch_and_a_rerun_grades_the
             "again to grade them")  # fmt: skip
     assert said in err, err[-3000:]
 
-    # Run again on a cluster whose every worker dies mid-batch, its scheduler left running: no
-    # worker comes for attn-grade.worker-wait (4 s here, ten minutes unless configured), and the
-    # batch stops as for a lost scheduler, in one line.
-    cluster, rerun = _Cluster(_free_port(), workers=2), None
-    try:
-        rerun = _batch(course, "--dask", cluster.address, DASK_ATTN_GRADE__WORKER_WAIT="4s")
-        _graded(course, len(first) + 1, rerun)
-        for worker in cluster.started[1:]:  # each with its nanny: none comes back
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        out, err = rerun.communicate(timeout=120)
-    finally:
-        if rerun is not None and rerun.poll() is None:  # still waiting: not left behind
-            rerun.kill()
-            rerun.wait()
-        cluster.kill()
-    assert rerun.returncode == 2, err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
-    journal = journal_entries(course, LESSON)
-    assert {e["status"] for e in journal.values()} == {"graded"}
-    second = set(journal) - first
-    assert second and len(first) + len(second) < len(names)
-    said = (f"attn-grade batch: the Dask scheduler at {cluster.address} had no worker for 4 s: "
-            f"{len(second)} student(s) graded, {len(names) - len(journal)} not yet; run the "
-            "batch again to grade them")  # fmt: skip
-    assert said in err, err[-3000:]
+    # Run again on a cluster whose every worker dies mid-batch, its scheduler left running; then
+    # on one whose scheduler dies with them and is started again on its address with no worker
+    # (a supervisor that restarts only the scheduler; the batch connects to it again). No worker
+    # comes for attn-grade.worker-wait (4 s here, ten minutes unless configured), and the batch
+    # stops as for a lost scheduler, in one line that says so.
+    graded_before = first
+    for scheduler_too in (False, True):
+        cluster, rerun = _Cluster(_free_port(), workers=2), None
+        try:
+            rerun = _batch(course, "--dask", cluster.address, DASK_ATTN_GRADE__WORKER_WAIT="4s")
+            _graded(course, len(graded_before) + 1, rerun)
+            for process in cluster.started[0 if scheduler_too else 1 :]:  # (each with its nanny)
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            if scheduler_too:
+                cluster.workers = 0
+                cluster.scheduler = cluster.start()
+            out, err = rerun.communicate(timeout=120)
+        finally:
+            if rerun is not None and rerun.poll() is None:  # still waiting: not left behind
+                rerun.kill()
+                rerun.wait()
+            cluster.kill()
+        assert rerun.returncode == 2, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        journal = journal_entries(course, LESSON)
+        assert {e["status"] for e in journal.values()} == {"graded"}
+        now = set(journal) - graded_before
+        assert now and len(journal) < len(names)
+        said = (f"attn-grade batch: the Dask scheduler at {cluster.address} had no worker for "
+                f"4 s: {len(now)} student(s) graded, {len(names) - len(journal)} not yet; run "
+                "the batch again to grade them")  # fmt: skip
+        assert said in err, err[-3000:]
+        graded_before = set(journal)
 
     port = _free_port()
     with _cluster(port):
@@ -342,7 +352,6 @@ def test_a_scheduler_or_every_worker_lost_stops_the_batch_and_a_rerun_grades_the
         out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err[-3000:]
     results = {r["student"]: r["status"] for r in json.loads(out)}
-    graded_before = first | second
     assert results == {name: "skipped" if name in graded_before else "graded" for name in names}
     recorded = [e["student"] for e in history.entries(course, LESSON)]
     assert sorted(recorded) == names  # each student graded once, across the three runs
