@@ -89,7 +89,8 @@ def _graded_as(entry: dict | None, stamp: str) -> bool:
 def unfinished(course: Path, lesson: str) -> bool:
     """Whether a submission where nbgrader keeps them by default (``submitted/*/LESSON``) is not
     in the journal as graded as it is now, or has no autograded notebook: then the batch will
-    grade someone, and starts its workers before it loads nbgrader.
+    grade someone, and starts its workers before it loads nbgrader. A folder the batch refuses
+    (a link, a special file, a name it cannot spell) is graded by nobody: it needs no worker.
 
     Only a hint for that: the batch decides whom it grades (a new due date or late penalty, read
     from the gradebook and nbgrader's configuration, grades a student again too), and starts its
@@ -97,7 +98,7 @@ def unfinished(course: Path, lesson: str) -> bool:
     entries = journal_entries(course, lesson)
     for folder in Path(course).glob(f"submitted/*/{glob.escape(lesson)}"):
         if submission.problems(folder, folder.parent, notebooks=[]):
-            return True  # the batch refuses it, and says why; nothing of it is read here
+            continue  # the batch refuses it, and says why; nothing of it is read here
         name = folder.parent.name
         graded = Path(course) / "autograded" / name / lesson
         if not any(graded.glob("*.ipynb")):

@@ -644,8 +644,8 @@ def test_whether_a_rerun_grades_anyone_is_read_from_the_journal_and_sound_folder
 ):
     """Before it loads nbgrader, the batch asks the journal whether anyone is to be graded, to
     start its workers early (``journal.unfinished``). A graded student unchanged is done; a new
-    file, a lost autograded notebook or a folder the batch refuses (a link to a folder elsewhere)
-    is not, and nothing behind the link is read."""
+    file or a lost autograded notebook is not. A folder the batch refuses (a link to a folder
+    elsewhere) needs no worker, graded before or not, and nothing behind the link is read."""
     lesson = "01-scoring"
     folder = tmp_path / "submitted" / "alice" / lesson
     folder.mkdir(parents=True)
@@ -673,8 +673,12 @@ def test_whether_a_rerun_grades_anyone_is_read_from_the_journal_and_sound_folder
     read = []
     stamp_of = journal.stamp_of
     monkeypatch.setattr(journal, "stamp_of", lambda path: read.append(path) or stamp_of(path))
+    assert not journal.unfinished(tmp_path, lesson)
+    shutil.rmtree(tmp_path / "autograded" / "bob")  # never graded: refused all the same
+    assert not journal.unfinished(tmp_path, lesson)
+    assert read and all(path.parent.name != "bob" for path in read), read
+    (folder / "notes.txt").write_text("changed")  # alice, beside him, is still to be graded
     assert journal.unfinished(tmp_path, lesson)
-    assert all(path.parent.name != "bob" for path in read), read
 
 
 def test_a_forced_student_is_graded_again_after_a_kill(tmp_path):
