@@ -3,8 +3,9 @@
 The view holds
 
 * the system's ``/usr`` (and the ``/lib``, ``/bin`` links), the dynamic loader's cache;
-* the Python environment — the base interpreter and the virtual environment — with any installed
-  copy of ``attnlib`` or ``autograder`` hidden under an empty directory;
+* the Python environment — the base interpreter and the virtual environment, and the links the
+  interpreter is reached through — with any installed copy of ``attnlib`` or ``autograder``
+  hidden under an empty directory;
 * the lesson's *edition* of the course (:func:`edition`) at ``/opt/attn-course``, first on
   ``PYTHONPATH``: attnlib's implementations of earlier lessons only, the grader's clients in
   place of the checks, the hidden tests and the quiz answer keys, and the sandbox's own code;
@@ -267,9 +268,56 @@ def python_dirs() -> list[str]:
     return dirs
 
 
+def python_links() -> list[tuple[str, str]]:
+    """The symbolic links the interpreter is reached through that the view would not otherwise
+    hold, each as its path and its target as written: a venv made by an interpreter started
+    through a link names that link (uv's ``~/.local/bin/python3.11``, which leads through its
+    folder link ``cpython-3.11-…`` to the installed patch release; a ``3.11`` link beside
+    pyenv's versions), and Python finds its installation through it. The view makes the same
+    links (:func:`command`), which lead to the real paths it binds, so nothing is visible
+    through them that is not already."""
+    dirs = python_dirs()
+    found: dict[str, str] = {}
+    for start in (interpreter(), getattr(sys, "_base_executable", sys.executable)):
+        for path, target in links_met(start):
+            if not _visible(path, dirs):
+                found.setdefault(path, target)
+    return list(found.items())
+
+
+def links_met(path: str) -> list[tuple[str, str]]:
+    """Every symbolic link met while ``path`` is resolved, in order, as ``os.path.realpath``
+    resolves it: each link's path (its folder already resolved) and its target as written."""
+    met: list[tuple[str, str]] = []
+    where, todo = "/", list(reversed(Path(os.path.abspath(path)).parts[1:]))
+    while todo and len(met) < 40:  # (a loop of links ends here, as the kernel's does)
+        name = todo.pop()
+        if name == "..":
+            where = os.path.dirname(where)
+            continue
+        step = os.path.join(where, name)
+        if not os.path.islink(step):
+            where = step
+            continue
+        target = os.readlink(step)
+        met.append((step, target))
+        if os.path.isabs(target):
+            where = "/"
+        todo += reversed([part for part in Path(target).parts if part not in ("/", ".")])
+    return met
+
+
+def _visible(path: str, dirs: list[str]) -> bool:
+    """Whether the view holds ``path`` already: in ``/usr``, a system folder or one of ``dirs``."""
+    tops = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *dirs)
+    return any(path == top or path.startswith(top + os.sep) for top in tops)
+
+
 def under_tmp() -> list[str]:
-    """The folders of the view that lie under ``/tmp``, which each sandbox mounts afresh."""
-    return [d for d in python_dirs() if d.startswith("/tmp/")]
+    """The folders and links of the view that lie under ``/tmp``, which each sandbox mounts
+    afresh (:func:`autograder.sandbox.confine.make_root` makes them again there)."""
+    paths = [*python_dirs(), *(path for path, _ in python_links())]
+    return [path for path in paths if path.startswith("/tmp/")]
 
 
 def hidden_installs() -> list[str]:
@@ -323,15 +371,17 @@ def command(
     # never sees this one.
     args += ["--bind", "/proc", "/proc", "--dev", "/dev"]
     args += ["--perms", "1777", "--size", str(tmp_mb * 2**20), "--tmpfs", "/tmp"]
-    binds = [(d, d) for d in python_dirs()]
-    binds += [(str(src), f"{MOUNT}/{rel}") for rel, src in sorted(edition(lesson, demos).items())]
+    binds = [("--ro-bind", d, d) for d in python_dirs()]
+    binds += [("--ro-bind", str(src), f"{MOUNT}/{rel}")
+              for rel, src in sorted(edition(lesson, demos).items())]  # fmt: skip
+    binds += [("--symlink", target, path) for path, target in python_links()]
     made: set[str] = {"/", "/usr", "/tmp", "/proc", "/dev"}
-    for src, dest in binds:
-        for parent in _parents(dest):
+    for how, src, dest in binds:
+        for parent in _parents(dest):  # (bubblewrap would make them 0700: closed to the user)
             if parent not in made:
                 args += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
-        args += ["--ro-bind", src, dest]
+        args += [how, src, dest]
         made.add(dest)
     for path in hidden_installs():
         args += ["--tmpfs", path, "--remount-ro", path]

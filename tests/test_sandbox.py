@@ -76,7 +76,8 @@ repo = sorted(os.listdir({str(REPO)!r})) if os.path.isdir({str(REPO)!r}) else []
 print(json.dumps([there, repo]))
 """
     there, repo = value(template, source)
-    env = view.python_dirs()  # a venv in a home or a clone: the path to it, and nothing else
+    # a venv in a home or a clone (the path to it, and nothing else), the links to its interpreter
+    env = [*view.python_dirs(), *(path for path, _ in view.python_links())]
     assert [p for p in there if not any(d.startswith(p.rstrip("/") + "/") for d in env)] == []
     assert set(repo) <= {".venv"}  # of the repository, at most the Python environment
 
@@ -522,11 +523,21 @@ def test_a_python_environment_under_tmp_or_reached_by_a_link_stays_visible_to_ea
     """A clone made with ``mktemp -d`` keeps its .venv under /tmp, which every sandbox mounts
     afresh: the environment is bound again inside the new /tmp, read-only. The grader is started
     here through a link to that environment (a home or course folder reached by a symlink): the
-    sandbox, which binds the environment by its real path, runs the interpreter by that path."""
+    sandbox, which binds the environment by its real path, runs the interpreter by that path.
+    The venv was made by an interpreter started through links, which the venv names, as uv's
+    are (``~/.local/bin/python3.11`` → ``…/cpython-3.11-…/bin/python3.11``, a folder link to the
+    installed patch release): the sandbox, and a process learner code starts with
+    ``sys.executable``, find the interpreter through the same links."""
     import sysconfig
 
+    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    installed = tmp_path / "python"  # the base interpreter's installation, through a link
+    installed.symlink_to(os.path.realpath(sys.base_prefix))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / name).symlink_to(f"../python/bin/{name}")
     env_dir = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    made = [str(tmp_path / "bin" / name), "-m", "venv", "--without-pip", str(env_dir)]
+    subprocess.run(made, check=True)
     ours = Path(sysconfig.get_paths()["purelib"])
     theirs = Path(
         subprocess.check_output(
@@ -542,7 +553,8 @@ from autograder import view
 from autograder.limits import Limits
 from autograder.runner import Runner
 from autograder.template import SandboxError, Template
-assert view.under_tmp(), view.python_dirs()
+links = [{str(tmp_path / "bin" / name)!r}, {str(installed)!r}]
+assert set(links) <= set(view.under_tmp()), (view.python_dirs(), view.python_links())
 with Template({LESSON!r}) as t:
     r = Runner(t, Limits(timeout=60))
     out = r.run(0, "import subprocess, sys, json\\n"

@@ -124,12 +124,15 @@ def make_root(
 ) -> None:
     """The submission's own /proc, /tmp and /dev/shm; no further user namespaces.
 
-    ``keep`` are folders of the view under ``/tmp`` (a Python environment in a clone made with
-    ``mktemp -d``, say) that the fresh ``/tmp`` must not hide: they are bound again, read-only,
-    at the same place inside it.
+    ``keep`` are folders and links of the view under ``/tmp`` (a Python environment in a clone
+    made with ``mktemp -d``, say, or a link the interpreter is reached through) that the fresh
+    ``/tmp`` must not hide: each folder is bound again, read-only, at the same place inside it,
+    and each link made again.
     """
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-    held = [(path, os.open(path, O_PATH | os.O_DIRECTORY)) for path in keep]
+    links = [(path, os.readlink(path)) for path in keep if os.path.islink(path)]
+    held = [(path, os.open(path, O_PATH | os.O_DIRECTORY)) for path in keep
+            if not os.path.islink(path)]  # fmt: skip
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     options = f"size={tmp_mb}m,nr_inodes={inodes},mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
@@ -138,6 +141,9 @@ def make_root(
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
         _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
         os.close(fd)
+    for path, target in links:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        os.symlink(target, path)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_mb}m,mode=1777")
     host = b"sandbox"
