@@ -23,7 +23,7 @@ from autograder import engine, view
 from autograder import limits as limits_mod
 from autograder.limits import Limits
 from autograder.runner import Runner
-from autograder.sandbox.template import TRAINS, WITHOUT_TORCH
+from autograder.sandbox.template import TRAINS, WITHOUT_TORCH, gpu_build
 from autograder.template import SandboxError, Template
 
 LESSON = "02-softmax-masking"
@@ -134,8 +134,9 @@ def _trains(lesson: str) -> bool:
 
 
 def test_only_the_lessons_that_use_pytorch_warm_it(template):
-    """A lesson whose notebooks never import PyTorch starts its template without it (quicker,
-    smaller); learner code that imports it anyway gets it, inside the sandbox's limits."""
+    """A lesson whose notebooks never import PyTorch starts its template without a CPU build of
+    it (quicker, smaller); learner code that imports it anyway gets it, inside the sandbox's
+    limits. A build for a GPU, too large to load within them, is loaded in every template."""
     without = {name for name in LESSON_IDS if not _uses_torch(name)}
     assert without == set(WITHOUT_TORCH), (
         f"the lessons whose notebooks never import PyTorch are {sorted(without)}: "
@@ -144,9 +145,36 @@ def test_only_the_lessons_that_use_pytorch_warm_it(template):
     loaded = "import json, sys\nprint(json.dumps('torch' in sys.modules))"
     assert value(template, loaded) is True  # lesson 02 imports it: warmed before any fork
     with Template("01-scoring") as lesson_01:
-        assert value(lesson_01, loaded) is False
+        assert value(lesson_01, loaded) is gpu_build()
         imported = "import json, torch\nprint(json.dumps(torch.ones(3).sum().item()))"
         assert value(lesson_01, imported) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("version", "gpu"),
+    [
+        ("cuda: Optional[str] = None\nhip: Optional[str] = None\nxpu: Optional[str] = None", False),
+        ("cuda: Optional[str] = '13.0'\nhip: Optional[str] = None", True),
+        ("cuda = None\nhip = '6.4.43482'", True),
+        ("xpu: Optional[str] = '20250101'", True),
+        ("cuda = None\nthis is not Python", False),
+    ],
+)
+def test_a_pytorch_built_for_a_gpu_is_told_from_its_version_file(tmp_path, version, gpu):
+    """PyPI's CUDA build maps about 3 GB as it is imported, the CPU build 0.5 GB: the template
+    tells them apart by ``torch/version.py`` (as ``torch.version`` says it), without importing
+    PyTorch. A file it cannot read is taken as a CPU build's, as before."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('not to be imported')\n")
+    header = "from typing import Optional\n__version__ = '2.13.0'\n"
+    (tmp_path / "torch" / "version.py").write_text(header + version + "\n")
+    told = subprocess.run(
+        [sys.executable, "-c", "from autograder.sandbox.template import gpu_build; "
+         "print(gpu_build())"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"},
+    )  # fmt: skip
+    assert told.returncode == 0, told.stderr[-2000:]
+    assert told.stdout.strip() == str(gpu)
 
 
 def test_a_lesson_that_trains_starts_its_sandboxes_with_an_optimisers_imports_loaded(template):

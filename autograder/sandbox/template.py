@@ -20,7 +20,9 @@ to interrupt) and serves requests (:mod:`.executor`).
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib.util
 import io
 import os
 import signal
@@ -33,9 +35,10 @@ from . import confine
 from .executor import WORKDIR, Executor, Sink, make_shell
 
 ENV = ("ATTN_STUDENT",)  # what the trusted side may add to one sandbox's environment
-# Lessons whose notebooks never use PyTorch: their template leaves it unloaded (about 2 s of CPU
-# and 0.5 GB of address space less); a learner who imports it anyway loads it in the sandbox,
-# within the sandbox's own limits. tests/test_sandbox.py checks this against the notebooks.
+# Lessons whose notebooks never use PyTorch: their template leaves a CPU build of it unloaded
+# (about 2 s of CPU and 0.5 GB of address space less); a learner who imports it anyway loads it in
+# the sandbox, within the sandbox's own limits. A build for a GPU is loaded all the same
+# (:func:`gpu_build`). tests/test_sandbox.py checks this against the notebooks.
 WITHOUT_TORCH = frozenset({"01-scoring"})
 # Lessons whose notebooks train a PyTorch model. A process's first optimizer imports PyTorch's
 # compiler front end, torch._dynamo (sympy among it: about 2 s of CPU), which a lesson that trains
@@ -48,7 +51,7 @@ def warm_up() -> tuple[object, Sink]:
     """Import and exercise what every notebook of the lesson needs, once, before any fork."""
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     lesson = os.environ.get("ATTN_LESSON")
-    with_torch = lesson not in WITHOUT_TORCH
+    with_torch = lesson not in WITHOUT_TORCH or gpu_build()
     with (
         contextlib.redirect_stdout(io.StringIO()),
         contextlib.redirect_stderr(io.StringIO()),
@@ -89,6 +92,31 @@ def warm_up() -> tuple[object, Sink]:
         if lesson in TRAINS:
             _optimise_once()
     return shell, sink
+
+
+def gpu_build() -> bool:
+    """Whether the installed PyTorch is built for a GPU (CUDA, ROCm or XPU), read from its
+    ``torch/version.py`` without importing it. Such a build maps its GPU runtime as it is
+    imported, GPU or not: about 3 GB of address space for PyPI's CUDA 13 build on Linux, against
+    0.5 GB for the CPU build. That is more than a sandbox may map above what its template holds
+    (``memory_mb``), so a learner's ``import torch`` would fail in the sandbox of a lesson whose
+    template left it out, and pass in their own kernel."""
+    try:
+        spec = importlib.util.find_spec("torch")
+        with open(os.path.join(spec.submodule_search_locations[0], "version.py"), "rb") as f:
+            tree = ast.parse(f.read())
+    except Exception:  # noqa: BLE001 — no PyTorch, or one laid out otherwise: as a CPU build
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant):
+            names = node.targets if isinstance(node, ast.Assign) else [node.target]
+            built_for = {getattr(name, "id", "") for name in names} & set(GPU_RUNTIMES)
+            if built_for and node.value.value is not None:
+                return True
+    return False
+
+
+GPU_RUNTIMES = ("cuda", "hip", "rocm", "xpu")  # torch.version's names of the GPU it is built for
 
 
 def _load_magics(shell) -> None:
