@@ -35,6 +35,7 @@ import autograder
 from attnlib import checks
 
 MOUNT = "/opt/attn-course"
+SYSTEM_TOPS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # in the view as on the host
 HELPERS = {"_validate", "devices"}  # implementation modules that teach nothing graded
 REAL = {  # attnlib files the sandbox gets as they are (relative to the attnlib package)
     "__init__.py",
@@ -309,7 +310,7 @@ def links_met(path: str) -> list[tuple[str, str]]:
 
 def _visible(path: str, dirs: list[str]) -> bool:
     """Whether the view holds ``path`` already: in ``/usr``, a system folder or one of ``dirs``."""
-    tops = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *dirs)
+    tops = ("/usr", *SYSTEM_TOPS, *dirs)
     return any(path == top or path.startswith(top + os.sep) for top in tops)
 
 
@@ -359,7 +360,7 @@ def command(
     if uid is None:
         args.append("--unshare-user")
     args += ["--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in SYSTEM_TOPS:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):

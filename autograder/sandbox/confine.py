@@ -130,9 +130,8 @@ def make_root(
     and each link made again.
     """
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-    links = [(path, os.readlink(path)) for path in keep if os.path.islink(path)]
-    held = [(path, os.open(path, O_PATH | os.O_DIRECTORY)) for path in keep
-            if not os.path.islink(path)]  # fmt: skip
+    links = {path: os.readlink(path) for path in keep if os.path.islink(path)}
+    held = [(path, os.open(path, O_PATH | os.O_DIRECTORY)) for path in keep if path not in links]
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     options = f"size={tmp_mb}m,nr_inodes={inodes},mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
@@ -141,7 +140,7 @@ def make_root(
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
         _mount("none", path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
         os.close(fd)
-    for path, target in links:
+    for path, target in links.items():
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         os.symlink(target, path)
     if os.path.isdir("/dev/shm"):

@@ -45,6 +45,7 @@ WITHOUT_TORCH = frozenset({"01-scoring"})
 # would otherwise pay in every sandbox; their template builds one optimizer before any fork.
 # tests/test_sandbox.py checks this against the notebooks.
 TRAINS = frozenset({"03-self-cross", "04-multi-head", "06-build-and-train"})
+GPU_RUNTIMES = frozenset({"cuda", "hip", "rocm", "xpu"})  # torch.version's names of its GPU
 
 
 def warm_up() -> tuple[object, Sink]:
@@ -110,13 +111,10 @@ def gpu_build() -> bool:
     for node in tree.body:
         if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant):
             names = node.targets if isinstance(node, ast.Assign) else [node.target]
-            built_for = {getattr(name, "id", "") for name in names} & set(GPU_RUNTIMES)
+            built_for = {getattr(name, "id", "") for name in names} & GPU_RUNTIMES
             if built_for and node.value.value is not None:
                 return True
     return False
-
-
-GPU_RUNTIMES = ("cuda", "hip", "rocm", "xpu")  # torch.version's names of the GPU it is built for
 
 
 def _load_magics(shell) -> None:
