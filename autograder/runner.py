@@ -12,8 +12,9 @@ cell (or check) at hand:
   turn: the sandbox is killed.
 
 After a kill the next request starts a fresh sandbox and replays, silently, the cells that ran
-cleanly before, so later cells still run (up to ``Limits.restarts`` times). What a cell shows is
-cleaned and capped here (:mod:`autograder.outputs`), however much the sandbox sent.
+cleanly before, so later cells still run (up to ``Limits.restarts`` times). A replay is held to
+the notebook's budget, not to each cell's timeout, which those cells met once already. What a
+cell shows is cleaned and capped here (:mod:`autograder.outputs`), however much the sandbox sent.
 """
 
 from __future__ import annotations
@@ -196,16 +197,24 @@ class Runner:
                 continue
 
     def _setup(self) -> None:
+        """A fresh sandbox's files, then the replay of the cells that ran cleanly before it.
+
+        Both are held to what is left of the budget, not to a cell's timeout: the cells met
+        their timeouts once, and on a host busier than then (a class graded at once) a replayed
+        cell may not. Held to its timeout, each fresh sandbox failed the same replay, and one
+        kill cost every later cell (NotRun, "restarted too many times").
+        """
         names, blobs = {}, []
         for name, data in self.files.items():
             names[name] = len(blobs)
             blobs.append(data)
-        self._send_and_wait({"op": "setup", "files": names}, blobs, self.limits.timeout)
+        rest = self.limits.budget  # whatever is left of it: see _send_and_wait
+        self._send_and_wait({"op": "setup", "files": names}, blobs, rest)
         for index, source in list(self.replay):
             reply, _ = self._send_and_wait(
                 {"op": "run", "cell": index, "source": source, "record": False, "verdicts": {}},
                 [],
-                self.limits.timeout,
+                rest,
             )
             if not reply.get("ok"):
                 raise Fault("ReplayFailed", f"cell {index} failed when replayed")

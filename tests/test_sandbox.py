@@ -475,6 +475,38 @@ def test_an_interrupt_that_comes_too_late_is_dropped(template):
         runner.close()
 
 
+@pytest.mark.parametrize("again", [6, 1000])
+def test_a_replay_after_a_kill_is_held_to_the_budget_not_to_each_cells_timeout(template, again):
+    """After a kill, a fresh sandbox replays the cells that ran cleanly. On a host busier than
+    when they first ran (a class graded at once), a replayed cell can take longer than the
+    timeout it met then. Held to that timeout, every replay failed the same way, and one kill
+    became NotRun for the rest of the notebook (an honest mastery check lost its six points so).
+    A replay is held to the notebook's budget: the cells after the kill run, and a replay that
+    never ends costs that notebook its budget and no more sandboxes."""
+    runner = Runner(template, Limits(timeout=5, budget=15))
+    later = time.time() + 3  # a cell that ran in 0.5 s then takes ``again`` s from this moment
+    try:
+        first = runner.run(
+            0, f"import time\nx = 1\ntime.sleep(0.5 if time.time() < {later} else {again})"
+        )
+        assert first.outputs == []
+        died = runner.run(
+            1, f"import os, time\ntime.sleep(max({later} - time.time(), 0))\nos._exit(1)"
+        )
+        assert [o.get("ename") for o in died.outputs] == ["ProcessDied"], died.outputs
+        after = runner.run(2, "print('after', x)")
+        if again < runner.limits.budget:
+            assert after.outputs == [
+                {"output_type": "stream", "name": "stdout", "text": "after 1\n"}
+            ]
+        else:
+            assert [o.get("ename") for o in after.outputs] == ["BudgetExceeded"], after.outputs
+            assert time.monotonic() - runner.started < runner.limits.budget + 3
+        assert runner.launches == 2
+    finally:
+        runner.close()
+
+
 def test_a_killed_grader_leaves_nothing_running(tmp_path):
     """kill -9 of the grading process: its template and sandbox die with it, and the next grader
     removes the cgroups it left (empty, since their processes died)."""
