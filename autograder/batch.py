@@ -72,7 +72,7 @@ class StudentResult:
     problems: list[str] = field(default_factory=list)
     error: str = ""
     regraded: bool = False  # graded again, alone (see REGRADED)
-    crowded: bool = field(default=False, repr=False)  # out of time with no CPU quota
+    crowded: bool = field(default=False, repr=False)  # see engine.Graded.crowded
 
     def as_dict(self) -> dict:
         return {
@@ -90,7 +90,7 @@ class StudentResult:
         }
 
 
-CROWDED = "out of time beside others, no CPU quota"
+CROWDED = "out of time beside others, with no CPU quota or kept waiting for a processor"
 REGRADED = f"graded again alone: {CROWDED}"
 
 
@@ -282,9 +282,10 @@ def _run(
             nbgrader_plugin.sanitizing_ahead() as forget,
             one_engine(),
         ):
-            # Out of time in a sandbox with no CPU quota while others ran beside it: a
-            # neighbour that took the processors may be to blame. Once the class is done, each
-            # such student is graded again with no other sandbox running.
+            # Out of time while others ran beside it, in a sandbox with no CPU quota or one
+            # kept waiting for the processor its quota allowed: a neighbour that took the
+            # processors may be to blame. Once the class is done, each such student is graded
+            # again with no other sandbox running.
             beside = workers > 1
             graded = {i.name: r for i, r in grade(todo, 2 * workers + 1, final=not beside)}
             again = [item for item in todo if beside and graded[item.name].crowded]

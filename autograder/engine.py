@@ -43,7 +43,7 @@ class Graded:
     verdicts: list[scoring.Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    crowded: bool = False  # ran out of time in a sandbox with no CPU quota: others may be to blame
+    crowded: bool = False  # out of time uncapped or kept from a processor: others may be to blame
 
     def as_dict(self) -> dict:
         return {
@@ -188,7 +188,7 @@ def grade(
     finally:
         runner.close()
     found.notes = list(dict.fromkeys(notes + runner.notes))
-    found.crowded = any(r.out_of_time and r.uncapped for r in runners)
+    found.crowded = any(r.out_of_time and (r.uncapped or r.starved) for r in runners)
     found.seconds = round(time.monotonic() - started - waited, 3)
     return found
 

@@ -139,6 +139,18 @@ class Cgroup:
         self.cpu_capped = self._write(
             "cpu", "cpu.cfs_period_us", CPU_PERIOD_US, optional=True
         ) and self._write("cpu", "cpu.cfs_quota_us", quota, optional=True)
+        self._count_cpu(own, name)
+
+    def _count_cpu(self, own: dict[str, str], name: str) -> None:
+        """v1: the cpuacct controller, which counts the CPU the group used (see :meth:`used`),
+        where it is mounted apart from cpu (beside it, ``cpuacct.usage`` is there already)."""
+        if (self.dirs["cpu"] / "cpuacct.usage").exists() or "cpuacct" not in own:
+            return
+        path = CGROUP_ROOT / "cpuacct" / own["cpuacct"].lstrip("/") / name
+        _sweep(path.parent)
+        with contextlib.suppress(OSError):
+            path.mkdir()
+            self.dirs["cpuacct"] = path
 
     def _file(self, controller: str, name: str) -> Path:
         return self.dirs["" if self.v2 else controller] / name
@@ -181,6 +193,33 @@ class Cgroup:
         with contextlib.suppress(OSError, ValueError):
             return int(self._file("memory", name).read_text())
         return self.memory()
+
+    def throttled(self) -> int:
+        """Nanoseconds its processes were held back by the group's own CPU quota (0 with none)."""
+        if not self.cpu_capped:
+            return 0
+        if self.v2:
+            return self._cpu_stat("throttled_usec") * 1000
+        return self._cpu_stat("throttled_time")
+
+    def used(self) -> int | None:
+        """Nanoseconds of CPU all its processes have used; None where no controller counts it."""
+        if self.v2:
+            usec = self._cpu_stat("usage_usec", None)
+            return None if usec is None else usec * 1000
+        for controller in ("cpuacct", "cpu"):
+            if controller in self.dirs:
+                with contextlib.suppress(OSError, ValueError):
+                    return int(self._file(controller, "cpuacct.usage").read_text())
+        return None
+
+    def _cpu_stat(self, key: str, missing: int | None = 0) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            for line in self._file("cpu", "cpu.stat").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+        return missing
 
     def out_of_memory(self) -> bool:
         """Did the kernel stop the sandbox at its memory limit?"""
@@ -296,6 +335,15 @@ def _proportional(pid: int) -> int:
                 if line.startswith("Pss:"):
                     return int(line.split()[1]) * 1024
     return 0
+
+
+def run_delay(pid: int) -> int | None:
+    """Nanoseconds ``pid``'s main thread has waited, ready to run, for a processor (from
+    /proc/PID/schedstat; a CPU quota that held it back counts too); None if unknown."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1])
+    return None
 
 
 def alive(pid: int) -> bool:

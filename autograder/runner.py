@@ -33,6 +33,12 @@ from .limits import Limits
 from .template import Sandbox, SandboxError, Template
 
 TICK = 0.05  # seconds between memory checks while waiting
+# A request that ran out of time while the learner's process waited, ready to run and within its
+# CPU quota, this share of the time for a processor others held, and the sandbox as a whole got
+# less than the rest of its quota: the host, not the notebook, may be to blame (the batch grades
+# such a student again, alone). A sandbox whose own processes crowd out the one running its
+# cells used its quota, and is not starved.
+STARVED = 0.25
 Callbacks = dict[str, Callable[..., object]]
 
 
@@ -75,10 +81,12 @@ class Runner:
     notes: list[str] = field(default_factory=list)
     out_of_time: bool = False  # a cell, a call or the budget ran out of time
     uncapped: bool = False  # a sandbox ran without a CPU quota (its neighbours could slow it)
+    starved: bool = False  # a request ran out of time waiting for a processor (see STARVED)
     peak: int = 0  # most memory seen while measuring (see measure())
     _measuring: bool = False
     _callbacks: dict = field(default_factory=dict)  # key → trusted function, during a request
     _called: int = 0  # callbacks answered during the outstanding request
+    _clock: tuple | None = None  # (when, Sandbox.clock()) early in the outstanding request
 
     @property
     def deadline(self) -> float:
@@ -230,12 +238,16 @@ class Runner:
         box = self.box
         budget_bound = self.left() < timeout
         deadline = min(time.monotonic() + timeout, self.deadline)
+        self._clock = None
         try:
             seq = box.request(header, buffers)
             try:
                 return self._reply(seq, deadline)
             except _Late:
                 self.out_of_time = True
+                if self._clock is not None:
+                    began, clock = self._clock
+                    self.starved |= self._starved(clock, box.clock(), time.monotonic() - began)
                 if on_late is None or budget_bound:
                     raise
                 raise _Interrupted(on_late(seq)) from None
@@ -277,6 +289,8 @@ class Runner:
                     return protocol.expect_reply(header, seq), got
                 self._call_back(*callback, header, got)
                 continue
+            if self._clock is None:  # a request that takes a while: where its CPU goes, from now
+                self._clock = (time.monotonic(), self.box.clock())
             self._watch()
 
     def _call_back(self, n: int, key: str, header: dict, got: list[bytes]) -> None:
@@ -306,6 +320,18 @@ class Runner:
         blobs: list[bytes] = []
         protocol.send(self.box.sock, {"cb": n, "ok": True,
                                       "result": protocol.encode(result, blobs)}, blobs)  # fmt: skip
+
+    def _starved(self, before: tuple, after: tuple, seconds: float) -> bool:
+        """Did the sandbox wait for processors others held, over ``seconds`` between the two
+        :meth:`Sandbox.clock` readings (see :data:`STARVED`)?"""
+        (waited, used), (waited_now, used_now) = before, after
+        if waited is None or waited_now is None:
+            return False
+        if waited_now - waited < STARVED * seconds * 1e9:
+            return False
+        if used is None or used_now is None or not self.limits.cpus:
+            return True
+        return used_now - used < (1 - STARVED) * self.limits.cpus * seconds * 1e9
 
     def _watch(self) -> None:
         limit = self.limits.memory_mb * 2**20

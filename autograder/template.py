@@ -70,6 +70,16 @@ class Sandbox:
             return self.cgroup.memory(), len(self.cgroup.pids())
         return limits_mod.tree_memory(self.child, precise_above)
 
+    def clock(self) -> tuple[int | None, int | None]:
+        """Nanoseconds the process running the learner's cells has waited for a processor that
+        its CPU quota allowed it (others had them), and of CPU the whole sandbox has used; each
+        None where the kernel does not say."""
+        delay = limits_mod.run_delay(self.executor)
+        if self.cgroup is None:
+            return delay, None
+        waited = None if delay is None else delay - self.cgroup.throttled()
+        return waited, self.cgroup.used()
+
     def close(self) -> None:
         """Kill every process of the sandbox and wait until they are gone."""
         with contextlib.suppress(OSError):

@@ -507,6 +507,71 @@ def test_a_replay_after_a_kill_is_held_to_the_budget_not_to_each_cells_timeout(t
         runner.close()
 
 
+def test_a_cell_kept_from_a_processor_by_others_is_told_from_one_that_loops(template):
+    """A CPU quota caps a sandbox but does not promise it a core. A notebook whose cell ran out
+    of time while it waited, ready to run, for a processor others held is graded ``crowded`` (the
+    batch grades its student again, alone); one whose cell slept past its timeout is not."""
+    pinned = "import os\nos.sched_setaffinity(0, {0})"  # on the first processor, as taskset does
+
+    def crowded(*sources: str) -> bool:
+        cells = [{"cell_type": "code", "source": s, "metadata": {}} for s in (pinned, *sources)]
+        graded = engine.grade({"cells": cells}, template, Limits(timeout=3, budget=60))
+        assert graded.cells[len(cells) - 1]["outputs"][-1]["ename"] == "CellTimeoutError", graded
+        return graded.crowded
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(8)]  # fmt: skip
+    try:
+        for hog in hogs:
+            os.sched_setaffinity(hog.pid, {0})
+        assert not crowded("import time\ntime.sleep(30)")
+        assert crowded("while True:\n    pass")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+S = 10**9  # nanoseconds
+
+
+@pytest.mark.parametrize(
+    "waited, used, starved",
+    [
+        ((0, 0.01 * S), (0, 0.01 * S), False),  # slept
+        ((0, 0.3 * S), (0, 0.4 * S), False),  # waited a tenth of the time
+        ((0, 2.7 * S), (0, 0.3 * S), True),  # waited most of it, and the sandbox got little
+        ((0, 2.7 * S), (0, 2.9 * S), False),  # its own processes kept the cells' one waiting
+        ((0, 2.7 * S), (None, None), True),  # no controller counts its CPU: the wait decides
+        ((None, None), (0, 0.1 * S), False),  # the kernel keeps no scheduler statistics
+    ],
+)
+def test_a_sandbox_is_starved_when_it_waited_and_did_not_get_its_quota(waited, used, starved):
+    """Over a request given 3 s under a quota of one core: the process running the cells waited
+    a quarter of that, ready to run, beyond what the quota held it back, and the sandbox used
+    less than three quarters of its quota (:func:`autograder.runner.Runner._starved`)."""
+    runner = Runner(None, Limits(cpus=1.0))  # (before, after) readings of each, over 3 s
+    assert runner._starved((waited[0], used[0]), (waited[1], used[1]), 3.0) is starved
+
+
+def test_a_cell_held_back_by_its_own_cpu_quota_was_not_kept_from_a_processor(template):
+    """The kernel counts the time a CPU quota held a process back as time it waited to run; the
+    cgroup says how much that was, so a notebook that spins past its timeout under its quota is
+    not taken for one the grader starved."""
+    if not limits_mod.can_cap_cpu():
+        pytest.skip("no cgroup with a CPU controller here")
+    capped = Runner(template, Limits(timeout=3, budget=60, cpus=0.05))
+    try:
+        capped.run(0, "x = 1")
+        assert capped.box.cgroup.cpu_capped
+        spun = capped.run(1, "while True:\n    pass")
+        assert spun.outputs[-1]["ename"] == "CellTimeoutError", spun.outputs
+        assert capped.out_of_time and not capped.starved
+        assert capped.box.cgroup.throttled() > 2e9  # the quota held it back, and said so
+    finally:
+        capped.close()
+
+
 def test_a_killed_grader_leaves_nothing_running(tmp_path):
     """kill -9 of the grading process: its template and sandbox die with it, and the next grader
     removes the cgroups it left (empty, since their processes died)."""
