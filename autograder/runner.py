@@ -216,7 +216,9 @@ class Runner:
         for name, data in self.files.items():
             names[name] = len(blobs)
             blobs.append(data)
-        rest = self.limits.budget  # whatever is left of it: see _send_and_wait
+        # A timeout no shorter than what is left of the budget: _send_and_wait then waits until
+        # the budget's deadline, and a replay still going then is BudgetExceeded.
+        rest = self.limits.budget
         self._send_and_wait({"op": "setup", "files": names}, blobs, rest)
         for index, source in list(self.replay):
             reply, _ = self._send_and_wait(
