@@ -25,6 +25,9 @@ from .limits import Limits
 from .runner import Runner
 from .template import Template
 
+# a note on a notebook out of time that waited by its own choice (see Runner._see_scheduling)
+GIVEN_AWAY = "out of time after the notebook {}: it waited by its own choice, not graded again"
+
 
 @dataclass
 class Step:
@@ -43,7 +46,8 @@ class Graded:
     verdicts: list[scoring.Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    crowded: bool = False  # out of time uncapped or kept from a processor: others may be to blame
+    # out of time uncapped or kept from a processor, not by its own choice: others may be to blame
+    crowded: bool = False
 
     def as_dict(self) -> dict:
         return {
@@ -187,8 +191,11 @@ def grade(
         run_steps(runner, steps, sources, found, decided)
     finally:
         runner.close()
-    found.notes = list(dict.fromkeys(notes + runner.notes))
-    found.crowded = any(r.out_of_time and (r.uncapped or r.starved) for r in runners)
+    chose = [GIVEN_AWAY.format(r.given_away) for r in runners if r.out_of_time and r.given_away]
+    found.notes = list(dict.fromkeys(notes + runner.notes + chose))
+    found.crowded = any(
+        r.out_of_time and not r.given_away and (r.uncapped or r.starved) for r in runners
+    )
     found.seconds = round(time.monotonic() - started - waited, 3)
     return found
 

@@ -346,6 +346,46 @@ def run_delay(pid: int) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class Scheduling:
+    """How the kernel schedules one thread: the processors it may run on, its nice value and its
+    policy (``os.SCHED_OTHER``, ``SCHED_BATCH``, ``SCHED_IDLE``, …)."""
+
+    cpus: frozenset[int]
+    nice: int
+    policy: int
+
+    def given_away(self, before: Scheduling) -> str | None:
+        """What the thread chose since ``before`` that keeps it waiting while others run, said
+        for the grade; None if nothing. A thread may pin itself to fewer processors, raise its
+        nice value or ask for idle time only, but not undo the last two (that takes
+        ``CAP_SYS_NICE`` in the host's namespace, or an ``RLIMIT_NICE`` a sandbox does not get)."""
+        if self.cpus < before.cpus:
+            shown = ", ".join(map(str, sorted(self.cpus)))
+            return f"pinned itself to processor {shown} of {len(before.cpus)}"
+        if self.policy != before.policy and self.policy in _IDLE_POLICIES:
+            return f"lowered its own priority to {_IDLE_POLICIES[self.policy]}"
+        if self.nice > before.nice:
+            return f"lowered its own priority (nice {before.nice} to {self.nice})"
+        return None
+
+
+# policies that run a thread when no other wants the processor, or run it less eagerly
+_IDLE_POLICIES = {os.SCHED_IDLE: "idle time only (SCHED_IDLE)",
+                  os.SCHED_BATCH: "batch time (SCHED_BATCH)"}  # fmt: skip
+
+
+def scheduling(pid: int) -> Scheduling | None:
+    """How ``pid``'s main thread is scheduled now (read from outside it); None if it is gone."""
+    with contextlib.suppress(OSError):
+        return Scheduling(
+            frozenset(os.sched_getaffinity(pid)),
+            os.getpriority(os.PRIO_PROCESS, pid),
+            os.sched_getscheduler(pid),
+        )
+    return None
+
+
 def alive(pid: int) -> bool:
     """Is ``pid`` a live process (not gone, not a zombie)?"""
     try:

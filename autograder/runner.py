@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from attnlib.checks._core import Abort
 
+from . import limits as limits_mod
 from . import outputs as outputs_mod
 from . import protocol
 from .limits import Limits
@@ -37,7 +38,8 @@ TICK = 0.05  # seconds between memory checks while waiting
 # CPU quota, this share of the time for a processor others held, and the sandbox as a whole got
 # less than the rest of its quota: the host, not the notebook, may be to blame (the batch grades
 # such a student again, alone). A sandbox whose own processes crowd out the one running its
-# cells used its quota, and is not starved.
+# cells used its quota, and is not starved; nor is one that gave its processor away (pinned
+# itself to fewer processors, lowered its priority: see Runner._see_scheduling).
 STARVED = 0.25
 Callbacks = dict[str, Callable[..., object]]
 
@@ -82,11 +84,13 @@ class Runner:
     out_of_time: bool = False  # a cell, a call or the budget ran out of time
     uncapped: bool = False  # a sandbox ran without a CPU quota (its neighbours could slow it)
     starved: bool = False  # a request ran out of time waiting for a processor (see STARVED)
+    given_away: str = ""  # what the notebook did to wait by its own choice (see _see_scheduling)
     peak: int = 0  # most memory seen while measuring (see measure())
     _measuring: bool = False
     _callbacks: dict = field(default_factory=dict)  # key → trusted function, during a request
     _called: int = 0  # callbacks answered during the outstanding request
     _clock: tuple | None = None  # (when, Sandbox.clock()) early in the outstanding request
+    _scheduling: limits_mod.Scheduling | None = None  # the sandbox's, as it started
 
     @property
     def deadline(self) -> float:
@@ -197,6 +201,7 @@ class Runner:
                 raise Fault("SandboxError", str(error)) from None
             if self.box.cgroup is None or not self.box.cgroup.cpu_capped:
                 self.uncapped = True
+            self._scheduling = limits_mod.scheduling(self.box.executor)
             try:
                 self._setup()
                 return self.box
@@ -247,7 +252,8 @@ class Runner:
                 return self._reply(seq, deadline)
             except _Late:
                 self.out_of_time = True
-                if self._clock is not None:
+                self._see_scheduling()
+                if self._clock is not None and not self.given_away:
                     began, clock = self._clock
                     self.starved |= self._starved(clock, box.clock(), time.monotonic() - began)
                 if on_late is None or budget_bound:
@@ -294,6 +300,7 @@ class Runner:
             if self._clock is None:  # a request that takes a while: where its CPU goes, from now
                 self._clock = (time.monotonic(), self.box.clock())
             self._watch()
+            self._see_scheduling()
 
     def _call_back(self, n: int, key: str, header: dict, got: list[bytes]) -> None:
         """Answer one callback of the outstanding request (see :meth:`request`)."""
@@ -334,6 +341,17 @@ class Runner:
         if used is None or used_now is None or not self.limits.cpus:
             return True
         return used_now - used < (1 - STARVED) * self.limits.cpus * seconds * 1e9
+
+    def _see_scheduling(self) -> None:
+        """Has the process running the cells pinned itself to fewer processors, or lowered its
+        priority, since its sandbox started? Then a request it runs out of time on waited by the
+        notebook's choice, not the host's, and the notebook is not graded again alone. Read from
+        outside at every tick of a long request, so a pin let go before the deadline is seen."""
+        if self.given_away or self._scheduling is None:
+            return
+        now = limits_mod.scheduling(self.box.executor)
+        if now is not None:
+            self.given_away = now.given_away(self._scheduling) or ""
 
     def _watch(self) -> None:
         limit = self.limits.memory_mb * 2**20

@@ -563,6 +563,17 @@ while True:
     _sock.sendall(_frame({"ev": "alive"}))
     time.sleep(0.1)
 """}, lost=SOFTMAX_ONLY),
+        "gives-its-processor-away": Attack(
+            3, "pins itself to one processor at the lowest priority and loops, so that it waits "
+            "for a processor others hold and looks kept from it: graded again alone, a second "
+            "chance and the class's time",
+            cells={"softmax": _honest("softmax") + """
+import os
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+os.nice(19)
+while True:
+    pass
+"""}, lost={}),  # its softmax was defined before the loop: interrupted, the cell keeps it
         "sleeps-on-every-call": Attack(
             3, "a right softmax that sleeps just under the cell timeout on every call",
             cells={"softmax": _honest("softmax").replace(

@@ -332,6 +332,18 @@ def test_the_batch_reports_every_student_and_finishes_within_its_budget(graded, 
         assert results[name]["status"] == "graded" and results[name]["score"] == 17
 
 
+@pytest.mark.parametrize("way", BATCHES)
+def test_a_notebook_that_gives_its_processor_away_is_graded_once(graded, way):
+    """A notebook that pinned itself to a processor and lowered its priority, then ran out of
+    time, waited by its own choice: graded once, and its grade says so (where it is graded
+    again, a second chance and the class's time are the attack's gain)."""
+    name = "gives-its-processor-away"
+    result = graded[way, "results"][name]
+    assert result["status"] == "graded" and not result["regraded"], result
+    assert [p for p in result["problems"] if "by its own choice" in p], result["problems"]
+    assert len([e for e in history.entries(graded[way], LESSON) if e["student"] == name]) == 1
+
+
 def test_every_graded_student_gets_a_feedback_page_and_only_they(graded):
     way = "ours"
     written = {s for s, r in graded[way, "feedback"].items() if r["status"] == "written"}

@@ -6,6 +6,7 @@ Skipped where bubblewrap cannot run (the whole suite says why once, in test_pack
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -510,39 +511,83 @@ def test_a_replay_after_a_kill_is_held_to_the_budget_not_to_each_cells_timeout(t
 S = 10**9  # nanoseconds
 
 
+@contextlib.contextmanager
+def hogs(cpus: set[int], each: int = 2):
+    """``each`` spinning processes on every processor in ``cpus``, pinned there: others that
+    hold those processors while a sandbox waits."""
+    spinning = []
+    try:
+        for cpu in sorted(cpus):
+            for _ in range(each):
+                hog = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                       start_new_session=True)  # fmt: skip
+                spinning.append(hog)
+                os.sched_setaffinity(hog.pid, {cpu})
+        yield
+    finally:
+        for hog in spinning:
+            hog.kill()
+            hog.wait()
+
+
+SPIN, SLEEP = "while True:\n    pass", "import time\ntime.sleep(30)"
+
+
 def test_a_cell_kept_from_a_processor_by_others_is_told_from_one_that_loops(template):
     """A CPU quota caps a sandbox but does not promise it a core. A cell that ran out of time
     while it waited, ready to run, for a processor others held marks its runner ``starved``, and
     its notebook is graded ``crowded`` (the batch grades its student again, alone, as it does one
     with no quota); a cell that slept past its timeout does not."""
-    pinned = "import os\nos.sched_setaffinity(0, {0})"  # on the first processor, as taskset does
-    spin, sleep = "while True:\n    pass", "import time\ntime.sleep(30)"
 
     def ran_out(source: str) -> Runner:
         runner = Runner(template, Limits(timeout=3, budget=60))
         try:
-            assert runner.run(0, pinned).outputs == []
-            late = runner.run(1, source)
+            late = runner.run(0, source)
             assert late.outputs[-1]["ename"] == "CellTimeoutError", late.outputs
             assert runner.out_of_time
             return runner
         finally:
             runner.close()
 
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-            for _ in range(8)]  # fmt: skip
-    try:
-        for hog in hogs:
-            os.sched_setaffinity(hog.pid, {0})
-        assert not ran_out(sleep).starved
-        assert ran_out(spin).starved
+    with hogs(os.sched_getaffinity(0)):  # every processor the grader (so its sandboxes) may use
+        assert not ran_out(SLEEP).starved
+        assert ran_out(SPIN).starved
         if limits_mod.can_cap_cpu():  # (with no quota, a notebook out of time is crowded anyway)
-            cells = [{"cell_type": "code", "source": s, "metadata": {}} for s in (pinned, spin)]
+            cells = [{"cell_type": "code", "source": SPIN, "metadata": {}}]
             assert engine.grade({"cells": cells}, template, Limits(timeout=3, budget=60)).crowded
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+
+
+# How a notebook can give its processor away, so that its own slowness looks like the host's.
+PIN = "import os\nos.sched_setaffinity(0, {0})"  # on the first processor, as taskset does
+GIVEN_AWAY = {
+    "pins itself to a busy processor": (PIN + "\n" + SPIN, "processor"),
+    "pins itself, and lets go as its time runs out": (
+        PIN + "\nimport time\nend = time.monotonic() + 2.7\nwhile time.monotonic() < end:\n"
+        "    pass\nos.sched_setaffinity(0, os.sched_getaffinity(1))\n" + SPIN,
+        "processor",
+    ),
+    "lowers its priority": ("import os\nos.nice(19)\n" + SPIN, "priority"),
+    "asks for idle time only": (
+        "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n" + SPIN,
+        "priority",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(GIVEN_AWAY))
+def test_a_notebook_that_gives_its_processor_away_is_not_graded_again(template, attack):
+    """A notebook out of time that pinned itself to a processor others held, or lowered its own
+    priority, waited by its own choice: it is not ``crowded`` (graded again alone, a second
+    chance and the class's time), and its grade says why. The grader reads the choice from
+    outside the sandbox, as it runs (a pin let go before the timeout is seen too)."""
+    source, said = GIVEN_AWAY[attack]
+    busy = {0} if "pins" in attack else os.sched_getaffinity(0)
+    cells = [{"cell_type": "code", "source": source, "metadata": {}}]
+    with hogs(busy):
+        found = engine.grade({"cells": cells}, template, Limits(timeout=3, budget=60))
+    assert found.cells[0]["outputs"][-1]["ename"] == "CellTimeoutError", found.cells
+    assert not found.crowded, found.notes
+    assert [n for n in found.notes if said in n and "not graded again" in n], found.notes
 
 
 @pytest.mark.parametrize(
@@ -562,6 +607,28 @@ def test_a_sandbox_is_starved_when_it_waited_and_did_not_get_its_quota(waited, u
     less than three quarters of its quota (:func:`autograder.runner.Runner._starved`)."""
     runner = Runner(None, Limits(cpus=1.0))  # (before, after) readings of each, over 3 s
     assert runner._starved((waited[0], used[0]), (waited[1], used[1]), 3.0) is starved
+
+
+OTHER, IDLE, BATCH = os.SCHED_OTHER, os.SCHED_IDLE, os.SCHED_BATCH
+
+
+@pytest.mark.parametrize(
+    "now, said",
+    [
+        (({0, 1}, 0, OTHER), None),  # as it started
+        (({0}, 0, OTHER), "pinned itself to processor 0 of 2"),
+        (({0, 1}, 19, OTHER), "lowered its own priority (nice 0 to 19)"),
+        (({0, 1}, 0, IDLE), "lowered its own priority to idle time only (SCHED_IDLE)"),
+        (({0, 1}, 0, BATCH), "lowered its own priority to batch time (SCHED_BATCH)"),
+        (({0, 1, 2}, 0, OTHER), None),  # given more processors (by the host): nothing given away
+    ],
+)
+def test_what_a_thread_gave_away_is_said_as_the_grade_says_it(now, said):
+    """:meth:`autograder.limits.Scheduling.given_away`, against a thread that started on two
+    processors at nice 0 under the usual policy."""
+    before = limits_mod.Scheduling(frozenset({0, 1}), 0, OTHER)
+    cpus, nice, policy = now
+    assert limits_mod.Scheduling(frozenset(cpus), nice, policy).given_away(before) == said
 
 
 def test_a_cell_held_back_by_its_own_cpu_quota_was_not_kept_from_a_processor(template):
