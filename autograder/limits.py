@@ -362,7 +362,8 @@ class Scheduling:
         ``CAP_SYS_NICE`` in the host's namespace, or an ``RLIMIT_NICE`` a sandbox does not get)."""
         if self.cpus < before.cpus:
             shown = ", ".join(map(str, sorted(self.cpus)))
-            return f"pinned itself to processor {shown} of {len(before.cpus)}"
+            which = "processor" if len(self.cpus) == 1 else "processors"
+            return f"pinned itself to {which} {shown} of {len(before.cpus)}"
         if self.policy != before.policy and self.policy in _IDLE_POLICIES:
             return f"lowered its own priority to {_IDLE_POLICIES[self.policy]}"
         if self.nice > before.nice:

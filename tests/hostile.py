@@ -572,8 +572,12 @@ import os
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 os.nice(19)
 while True:
-    pass
-"""}, lost={}),  # its softmax was defined before the loop: interrupted, the cell keeps it
+    try:
+        while True:
+            pass
+    except KeyboardInterrupt:
+        pass
+"""}, lost=SOFTMAX_ONLY),  # killed, not interrupted: the cells after it run at full priority
         "sleeps-on-every-call": Attack(
             3, "a right softmax that sleeps just under the cell timeout on every call",
             cells={"softmax": _honest("softmax").replace(

@@ -615,18 +615,19 @@ OTHER, IDLE, BATCH = os.SCHED_OTHER, os.SCHED_IDLE, os.SCHED_BATCH
 @pytest.mark.parametrize(
     "now, said",
     [
-        (({0, 1}, 0, OTHER), None),  # as it started
-        (({0}, 0, OTHER), "pinned itself to processor 0 of 2"),
-        (({0, 1}, 19, OTHER), "lowered its own priority (nice 0 to 19)"),
-        (({0, 1}, 0, IDLE), "lowered its own priority to idle time only (SCHED_IDLE)"),
-        (({0, 1}, 0, BATCH), "lowered its own priority to batch time (SCHED_BATCH)"),
-        (({0, 1, 2}, 0, OTHER), None),  # given more processors (by the host): nothing given away
+        (({0, 1, 2}, 0, OTHER), None),  # as it started
+        (({2}, 0, OTHER), "pinned itself to processor 2 of 3"),
+        (({0, 1}, 0, OTHER), "pinned itself to processors 0, 1 of 3"),
+        (({0, 1, 2}, 19, OTHER), "lowered its own priority (nice 0 to 19)"),
+        (({0, 1, 2}, 0, IDLE), "lowered its own priority to idle time only (SCHED_IDLE)"),
+        (({0, 1, 2}, 0, BATCH), "lowered its own priority to batch time (SCHED_BATCH)"),
+        (({0, 1, 2, 3}, 0, OTHER), None),  # given more processors (by the host): none given away
     ],
 )
 def test_what_a_thread_gave_away_is_said_as_the_grade_says_it(now, said):
-    """:meth:`autograder.limits.Scheduling.given_away`, against a thread that started on two
+    """:meth:`autograder.limits.Scheduling.given_away`, against a thread that started on three
     processors at nice 0 under the usual policy."""
-    before = limits_mod.Scheduling(frozenset({0, 1}), 0, OTHER)
+    before = limits_mod.Scheduling(frozenset({0, 1, 2}), 0, OTHER)
     cpus, nice, policy = now
     assert limits_mod.Scheduling(frozenset(cpus), nice, policy).given_away(before) == said
 
