@@ -15,6 +15,11 @@ templates for a batch that is gone. A scheduler that cannot load this module (on
 course installed) refuses the leash, and the batch grades as before, the plugin then replaced by
 the next batch of the lesson.
 
+Two batches of one lesson on one cluster at once (two sections of a class, say) share each
+worker's templates. Held by a leash, each batch's plugin has a name of its own, so neither
+replaces or unregisters the other's, and a worker closes the spares only when the last of them
+is gone. Without a leash the plugin has the lesson's name, so that the next batch replaces it.
+
 Nothing here reaches a sandbox: the templates are the same programs every grading starts.
 """
 
@@ -33,9 +38,11 @@ _PENDING: set[asyncio.Task] = set()  # the event loop holds its tasks weakly
 class Warm(WorkerPlugin):
     """Warm a worker's templates for ``lesson`` (see the module doc)."""
 
-    def __init__(self, lesson: str, isolation: str):
+    def __init__(self, lesson: str, isolation: str, owner: str = ""):
+        """``owner``: the batch's client id, for a plugin of the batch's own (one a leash
+        holds); none for the lesson's, which the next batch of the lesson replaces."""
         self.lesson, self.isolation = lesson, isolation
-        self.name = f"attn-grade-warm-{lesson}-{isolation}"
+        self.name = "-".join(filter(None, ("attn-grade-warm", lesson, isolation, owner)))
 
     def setup(self, worker) -> None:
         from . import pool
@@ -49,7 +56,16 @@ class Warm(WorkerPlugin):
     def teardown(self, worker) -> None:
         from .template import drop_spares
 
-        drop_spares(self.lesson, self.isolation)
+        # (the worker has taken this plugin off its list before calling this)
+        if not any(self._same_lesson(plugin) for plugin in worker.plugins.values()):
+            drop_spares(self.lesson, self.isolation)
+
+    def _same_lesson(self, plugin) -> bool:
+        """Is ``plugin`` another batch's warm-up, whose threads would take the same spares?"""
+        return isinstance(plugin, Warm) and (plugin.lesson, plugin.isolation) == (
+            self.lesson,
+            self.isolation,
+        )
 
 
 class Leash(SchedulerPlugin):

@@ -332,11 +332,12 @@ class DaskPool(Workers):
         now (:mod:`autograder.dask_warm`)."""
         from .dask_warm import Leash, Warm
 
-        self.warming = Warm(*self.task)
+        self.warming = Warm(*self.task, owner=self.client.id)  # the batch's own
         leash = Leash(self.warming.name, self.client.id)  # first: a batch killed at once is held
-        # A scheduler without the course installed refuses the leash: the batch grades as before.
-        with contextlib.suppress(Exception):
+        try:
             self.client.register_plugin(leash, name=leash.name)
+        except Exception:  # noqa: BLE001 — a scheduler without the course installed refuses it
+            self.warming = Warm(*self.task)  # the lesson's, which the next batch replaces
         # Workers that cannot load it cannot grade either: their first submission says why.
         with contextlib.suppress(Exception):
             self.client.register_plugin(self.warming, name=self.warming.name)

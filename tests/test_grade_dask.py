@@ -574,8 +574,9 @@ def _until(condition, seconds: float = 60) -> bool:
 def test_workers_warm_a_template_per_thread_when_a_batch_starts_and_as_they_join(tmp_path):
     """A batch on a cluster has every worker start its templates at once, one per thread, before
     any submission arrives; a submission then finds one warm (no other is started); a worker that
-    joins mid-batch warms its own as it joins; and when the batch ends the templates no thread
-    took are closed, while the one a thread graded with stays warm for the next batch."""
+    joins mid-batch warms its own as it joins (after a second batch of the lesson came and went);
+    and when the batch ends the templates no thread took are closed, while the one a thread
+    graded with stays warm for the next batch."""
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
@@ -593,6 +594,10 @@ def test_workers_warm_a_template_per_thread_when_a_batch_starts_and_as_they_join
             graded = batch.outcome(batch.send(Limits(), honest, {}, "honest"))
             assert graded["verdicts"] and all(v["passed"] for v in graded["verdicts"]), graded
             assert _templates_of(first) == warm  # the grading took one of them
+            # a second batch of the lesson on the cluster (another section), started and ended
+            # while this one goes on, neither replaces its warm-up nor closes its spare
+            DaskPool(cluster.scheduler_address, LESSON, "namespaces").close()
+            assert _templates_of(first) == warm
 
             cluster.scale(2)
             client.wait_for_workers(2, timeout=120)
