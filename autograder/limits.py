@@ -355,12 +355,15 @@ class Scheduling:
     nice: int
     policy: int
 
-    def given_away(self, before: Scheduling) -> str | None:
+    def given_away(self, before: Scheduling, allowed: frozenset[int] | None = None) -> str | None:
         """What the thread chose since ``before`` that keeps it waiting while others run, said
         for the grade; None if nothing. A thread may pin itself to fewer processors, raise its
         nice value or ask for idle time only, but not undo the last two (that takes
-        ``CAP_SYS_NICE`` in the host's namespace, or an ``RLIMIT_NICE`` a sandbox does not get)."""
-        if self.cpus < before.cpus:
+        ``CAP_SYS_NICE`` in the host's namespace, or an ``RLIMIT_NICE`` a sandbox does not get).
+
+        ``allowed``: the processors the grader may use now. A host that takes processors from
+        the grader (a cpuset made smaller) takes them from its sandboxes too: no pin of theirs."""
+        if self.cpus < (before.cpus if allowed is None else before.cpus & allowed):
             shown = ", ".join(map(str, sorted(self.cpus)))
             which = "processor" if len(self.cpus) == 1 else "processors"
             return f"pinned itself to {which} {shown} of {len(before.cpus)}"

@@ -19,6 +19,7 @@ cell shows is cleaned and capped here (:mod:`autograder.outputs`), however much 
 
 from __future__ import annotations
 
+import os
 import secrets
 import select
 import time
@@ -351,7 +352,8 @@ class Runner:
             return
         now = limits_mod.scheduling(self.box.executor)
         if now is not None:
-            self.given_away = now.given_away(self._scheduling) or ""
+            ours = frozenset(os.sched_getaffinity(0))  # this thread's: the grader's
+            self.given_away = now.given_away(self._scheduling, ours) or ""
 
     def _watch(self) -> None:
         limit = self.limits.memory_mb * 2**20

@@ -609,6 +609,27 @@ def test_a_sandbox_is_starved_when_it_waited_and_did_not_get_its_quota(waited, u
     assert runner._starved((waited[0], used[0]), (waited[1], used[1]), 3.0) is starved
 
 
+def test_processors_the_host_takes_from_the_grader_are_no_pin_of_the_notebooks(template):
+    """A host that makes the grader's cpuset smaller mid-cell (Kubernetes' CPU manager, a
+    processor taken offline) narrows the grader's affinity and its sandboxes' alike: the notebook
+    gave nothing away, and may still be graded again. Played here by narrowing both from
+    outside, the grader's thread first."""
+    mine = os.sched_getaffinity(0)
+    if len(mine) < 2:
+        pytest.skip("one processor: nothing to take away")
+    runner = Runner(template, Limits(timeout=3, budget=60))
+    try:
+        runner.run(0, "x = 1")
+        os.sched_setaffinity(0, {min(mine)})
+        os.sched_setaffinity(runner.box.executor, {min(mine)})
+        late = runner.run(1, SPIN)
+        assert late.outputs[-1]["ename"] == "CellTimeoutError", late.outputs
+        assert runner.out_of_time and runner.given_away == ""
+    finally:
+        os.sched_setaffinity(0, mine)
+        runner.close()
+
+
 OTHER, IDLE, BATCH = os.SCHED_OTHER, os.SCHED_IDLE, os.SCHED_BATCH
 
 
@@ -630,6 +651,18 @@ def test_what_a_thread_gave_away_is_said_as_the_grade_says_it(now, said):
     before = limits_mod.Scheduling(frozenset({0, 1, 2}), 0, OTHER)
     cpus, nice, policy = now
     assert limits_mod.Scheduling(frozenset(cpus), nice, policy).given_away(before) == said
+
+
+def test_a_pin_is_told_against_the_processors_the_grader_still_has():
+    """Where the host took processor 2 from the grader, a sandbox left with 0 and 1 pinned
+    nothing; one on 0 alone did."""
+    before = limits_mod.Scheduling(frozenset({0, 1, 2}), 0, OTHER)
+    left, pinned = frozenset({0, 1}), limits_mod.Scheduling(frozenset({0}), 0, OTHER)
+    assert limits_mod.Scheduling(left, 0, OTHER).given_away(before, left) is None
+    assert limits_mod.Scheduling(left, 0, OTHER).given_away(before, before.cpus) == (
+        "pinned itself to processors 0, 1 of 3"
+    )
+    assert pinned.given_away(before, left) == "pinned itself to processor 0 of 3"
 
 
 def test_a_cell_held_back_by_its_own_cpu_quota_was_not_kept_from_a_processor(template):
