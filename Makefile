@@ -140,6 +140,7 @@ release: $(STAMP) ## Regenerate lessons/ from solutions/ (nbgrader), clear noteb
 bench: $(STAMP) sandbox ## Run the benchmarks; results in benchmarks/results/
 	$(PY) -m benchmarks
 	$(PY) -m benchmarks.grading --rounds 3
+	$(PY) -m benchmarks.starved
 	$(PY) -m benchmarks.lessons
 
 # One instructor and three students log in with a shared password; deploy/demo.py installs the

@@ -46,8 +46,7 @@ class Graded:
     verdicts: list[scoring.Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    # out of time uncapped or kept from a processor, not by its own choice: others may be to blame
-    crowded: bool = False
+    crowded: bool = False  # a runner's (Runner.crowded): others may be to blame for its time
 
     def as_dict(self) -> dict:
         return {
@@ -193,9 +192,7 @@ def grade(
         runner.close()
     chose = [GIVEN_AWAY.format(r.given_away) for r in runners if r.out_of_time and r.given_away]
     found.notes = list(dict.fromkeys(notes + runner.notes + chose))
-    found.crowded = any(
-        r.out_of_time and not r.given_away and (r.uncapped or r.starved) for r in runners
-    )
+    found.crowded = any(r.crowded for r in runners)
     found.seconds = round(time.monotonic() - started - waited, 3)
     return found
 

@@ -97,6 +97,12 @@ class Runner:
     def deadline(self) -> float:
         return self.started + self.limits.budget
 
+    @property
+    def crowded(self) -> bool:
+        """Out of time with no CPU quota, or kept from a processor, and not by the notebook's
+        own choice: others may be to blame (the batch grades such a student again, alone)."""
+        return self.out_of_time and not self.given_away and (self.uncapped or self.starved)
+
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
@@ -254,9 +260,10 @@ class Runner:
             except _Late:
                 self.out_of_time = True
                 self._see_scheduling()
-                if self._clock is not None and not self.given_away:
+                if self._clock is not None:  # (a wait the notebook chose is not the host's)
                     began, clock = self._clock
-                    self.starved |= self._starved(clock, box.clock(), time.monotonic() - began)
+                    kept = self._starved(clock, box.clock(), time.monotonic() - began)
+                    self.starved |= kept and not self.given_away
                 if on_late is None or budget_bound:
                     raise
                 raise _Interrupted(on_late(seq)) from None

@@ -6,7 +6,6 @@ Skipped where bubblewrap cannot run (the whole suite says why once, in test_pack
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from autograder.limits import Limits
 from autograder.runner import Runner
 from autograder.sandbox.template import TRAINS, WITHOUT_TORCH, gpu_build
 from autograder.template import SandboxError, Template
+from benchmarks.starved import spinners
 
 LESSON = "02-softmax-masking"
 SECRET = "hub-token-7d1e0c"
@@ -511,25 +511,6 @@ def test_a_replay_after_a_kill_is_held_to_the_budget_not_to_each_cells_timeout(t
 S = 10**9  # nanoseconds
 
 
-@contextlib.contextmanager
-def hogs(cpus: set[int], each: int = 2):
-    """``each`` spinning processes on every processor in ``cpus``, pinned there: others that
-    hold those processors while a sandbox waits."""
-    spinning = []
-    try:
-        for cpu in sorted(cpus):
-            for _ in range(each):
-                hog = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                       start_new_session=True)  # fmt: skip
-                spinning.append(hog)
-                os.sched_setaffinity(hog.pid, {cpu})
-        yield
-    finally:
-        for hog in spinning:
-            hog.kill()
-            hog.wait()
-
-
 SPIN, SLEEP = "while True:\n    pass", "import time\ntime.sleep(30)"
 
 
@@ -549,7 +530,8 @@ def test_a_cell_kept_from_a_processor_by_others_is_told_from_one_that_loops(temp
         finally:
             runner.close()
 
-    with hogs(os.sched_getaffinity(0)):  # every processor the grader (so its sandboxes) may use
+    # two spinners on every processor the grader (so its sandboxes) may use
+    with spinners(os.sched_getaffinity(0), 2):
         assert not ran_out(SLEEP).starved
         assert ran_out(SPIN).starved
         if limits_mod.can_cap_cpu():  # (with no quota, a notebook out of time is crowded anyway)
@@ -583,7 +565,7 @@ def test_a_notebook_that_gives_its_processor_away_is_not_graded_again(template, 
     source, said = GIVEN_AWAY[attack]
     busy = {0} if "pins" in attack else os.sched_getaffinity(0)
     cells = [{"cell_type": "code", "source": source, "metadata": {}}]
-    with hogs(busy):
+    with spinners(busy, 2):
         found = engine.grade({"cells": cells}, template, Limits(timeout=3, budget=60))
     assert found.cells[0]["outputs"][-1]["ename"] == "CellTimeoutError", found.cells
     assert not found.crowded, found.notes
@@ -668,13 +650,21 @@ def test_a_pin_is_told_against_the_processors_the_grader_still_has():
 def test_a_cell_held_back_by_its_own_cpu_quota_was_not_kept_from_a_processor(template):
     """The kernel counts the time a CPU quota held a process back as time it waited to run; the
     cgroup says how much that was, so a notebook that spins past its timeout under its quota is
-    not taken for one the grader starved."""
+    not taken for one the grader starved.
+
+    The sandbox is given the processor first whenever its quota lets it run (the most CPU
+    weight its group can have), so that what holds it back is its quota alone: on a host busy
+    with other work (the suite's other files), a sandbox of 5 % of a core can really be kept
+    from even that, and is then rightly starved."""
     if not limits_mod.can_cap_cpu():
         pytest.skip("no cgroup with a CPU controller here")
     capped = Runner(template, Limits(timeout=3, budget=60, cpus=0.05))
     try:
         capped.run(0, "x = 1")
-        assert capped.box.cgroup.cpu_capped
+        group = capped.box.cgroup
+        assert group.cpu_capped
+        first = ("", "cpu.weight", 10000) if group.v2 else ("cpu", "cpu.shares", 262144)
+        group._write(*first)
         spun = capped.run(1, "while True:\n    pass")
         assert spun.outputs[-1]["ename"] == "CellTimeoutError", spun.outputs
         assert capped.out_of_time and not capped.starved
