@@ -141,6 +141,7 @@ bench: $(STAMP) sandbox ## Run the benchmarks; results in benchmarks/results/
 	$(PY) -m benchmarks
 	$(PY) -m benchmarks.grading --rounds 3
 	$(PY) -m benchmarks.starved
+	$(PY) -m benchmarks.writer
 	$(PY) -m benchmarks.lessons
 
 # One instructor and three students log in with a shared password; deploy/demo.py installs the

@@ -9,7 +9,7 @@ directory, so run nbgrader commands from the repository root. Layout:
 
 import os
 
-from autograder.nbgrader_plugin import AUTOGRADE, SANITIZE, guard_copy
+from autograder.nbgrader_plugin import trusted_pipeline
 from autograder.notebook_format import mend_cell_ids_quietly
 from autograder.validation import validate_within_bounds
 
@@ -37,10 +37,7 @@ c.ClearOutput.remove_metadata_fields = {"collapsed", "scrolled", "execution"}
 # holding links or special files is refused, and the notebook runs in attn-grade's sandbox, every
 # graded cell's outputs written from verdicts reached outside it, so a notebook cannot display or
 # forge its way to points. `attn-grade batch` grades with this same pipeline, in parallel.
-c.Autograde.sanitize_preprocessors = SANITIZE
-c.Autograde.autograde_preprocessors = AUTOGRADE
-c.Autograde.pre_convert_hook = guard_copy  # nothing of a refused submission is copied
-c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back and graded
+trusted_pipeline(c)  # autograde in the sandbox, with the course's sanitizing steps
 mend_cell_ids_quietly()  # nbformat's line for every repeated cell id it renews, left out
 
 # Validate (the learner's button, `nbgrader validate`): nbgrader's own steps, after a check that

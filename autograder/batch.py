@@ -140,10 +140,7 @@ def _app(lesson: str, log_level: str) -> AutogradeApp:
     AutogradeApp.clear_instance()
     app = AutogradeApp.instance()
     app.initialize([lesson, f"--log-level={log_level}"])
-    app.config.Autograde.sanitize_preprocessors = nbgrader_plugin.SANITIZE
-    app.config.Autograde.autograde_preprocessors = nbgrader_plugin.AUTOGRADE
-    app.config.Autograde.pre_convert_hook = nbgrader_plugin.guard_copy
-    app.config.OverwriteCells.add_missing_cells = True
+    nbgrader_plugin.trusted_pipeline(app.config)
     app.coursedir.assignment_id = lesson
     return app
 

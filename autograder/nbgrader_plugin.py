@@ -2,9 +2,10 @@
 
 The course's ``nbgrader_config.py`` sets nbgrader's documented converter traits
 ``Autograde.sanitize_preprocessors`` and ``Autograde.autograde_preprocessors`` to :data:`SANITIZE`
-and :data:`AUTOGRADE`: nbgrader's lists with the two changes below. The sanitizing steps
-(:data:`SANITIZE_STEPS`) run as one preprocessor, :class:`Sanitize`, which validates the notebook
-after each step as nbconvert does after every preprocessor.
+and :data:`AUTOGRADE` (:func:`trusted_pipeline`): nbgrader's lists with the two changes below.
+The sanitizing steps (:data:`SANITIZE_STEPS`) run as one preprocessor, :class:`Sanitize`. The
+notebook is validated where something from outside enters it (as submitted, and with the
+sandbox's outputs, before they are scored) and after the last step, not after every step.
 
 * :class:`CheckSubmission` comes first: it refuses a submission holding anything but regular files
   (:mod:`autograder.submission`), and replaces lone surrogates in the notebook's text, which could
@@ -320,14 +321,15 @@ class RestoreCells(OverwriteCells):
 class Sanitize(NbGraderPreprocessor):
     """nbgrader's sanitizing steps (:data:`SANITIZE_STEPS`) as one preprocessor.
 
-    The steps run in order, and the notebook is validated after each, as nbconvert validates
-    after every preprocessor of a list, so a step that leaves the notebook invalid fails it even
-    if a later one would repair it; a notebook invalid as submitted is refused with a line
-    naming the place (:mod:`autograder.notebook_format`). Within :func:`sanitizing_ahead`
-    (``attn-grade batch``), a notebook the batch sanitized ahead of nbgrader's loop, to send it
-    to the workers (:func:`sanitize_ahead`), is not sanitized a second time: when nbgrader's
-    loop reaches it, this returns what the steps made of exactly that notebook then, after
-    checking the submission's folder again.
+    The steps run in order. The notebook is validated as submitted, after :class:`CheckSubmission`
+    (one invalid then is refused with a line naming the place: :mod:`autograder.notebook_format`),
+    and once more after the last step (by nbconvert, which validates what a preprocessor returns,
+    or here with ``last``): the steps in between are the course's and nbgrader's own code, whose
+    every change the last validation sees (:func:`trusted_pipeline`). Within
+    :func:`sanitizing_ahead` (``attn-grade batch``), a notebook the batch sanitized ahead of
+    nbgrader's loop, to send it to the workers (:func:`sanitize_ahead`), is not sanitized a
+    second time: when nbgrader's loop reaches it, this returns what the steps made of exactly
+    that notebook then, after checking the submission's folder again.
     """
 
     def preprocess(self, nb, resources):
@@ -341,25 +343,34 @@ class Sanitize(NbGraderPreprocessor):
         return self.steps(nb, resources, last=False)  # nbconvert validates what this returns
 
     def steps(self, nb, resources, last: bool = True):
-        """Run the steps; validate after each (``last``: after the last one too)."""
-        import nbformat
-
+        """Run the steps; validate after the first (the notebook as submitted) and, with
+        ``last``, after the last."""
         notes = []
         for n, step in enumerate(SANITIZE_STEPS, 1):
             done = step(parent=self)
             nb, resources = done(nb, resources)
             notes += getattr(done, "notes", [])
-            if n == len(SANITIZE_STEPS) and not last:
-                break
-            try:
-                nbformat.validate(nb, relax_add_props=True)  # as nbconvert's exporter does
-            except nbformat.ValidationError:
-                self.log.error("Notebook is invalid after preprocessor %s", step.__name__)
-                if step is CheckSubmission:  # it only checks: invalid as submitted, so say where
-                    refuse(resources, notebook_format.schema_problems(nb, _file_name(resources)))
-                raise
+            if step is CheckSubmission:  # it only checks: invalid as submitted, so say where
+                valid(self, nb, f"after preprocessor {step.__name__}", submitted=resources)
+            elif n == len(SANITIZE_STEPS) and last:
+                valid(self, nb, f"after preprocessor {step.__name__}")
         _repairs[_ahead_key(resources)] = notes
         return nb, resources
+
+
+def valid(preprocessor, nb, where: str, submitted: dict | None = None) -> None:
+    """Validate ``nb`` as nbconvert validates what a preprocessor returns; if it is invalid, log
+    it as nbconvert does (``where``: "after preprocessor X") and raise nbformat's error, or, for
+    a notebook as ``submitted`` (its resources), refuse it naming the place (:func:`refuse`)."""
+    import nbformat
+
+    try:
+        nbformat.validate(nb, relax_add_props=True)
+    except nbformat.ValidationError:
+        preprocessor.log.error("Notebook is invalid %s", where)
+        if submitted is not None:
+            refuse(submitted, notebook_format.schema_problems(nb, _file_name(submitted)))
+        raise
 
 
 def refuse(resources, found: list[str]) -> None:
@@ -562,6 +573,7 @@ class SaveAutoGrades(NbgraderSaveAutoGrades):
     """
 
     def preprocess(self, nb, resources):
+        valid(self, nb, "before preprocessor SaveAutoGrades")  # what it scores (trusted_pipeline)
         info = resources["nbgrader"]
         self.notebook_id, self.assignment_id = info["notebook"], info["assignment"]
         self.student_id, self.db_url = info["student"], info["db_url"]
@@ -641,3 +653,21 @@ SANITIZE_STEPS = [CheckSubmission, ClearOutput, Deduplicate, OverwriteKernelspec
 SANITIZE = [Sanitize]
 AUTOGRADE = [TrustedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
              SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]  # fmt: skip
+
+
+def trusted_pipeline(c) -> None:
+    """Set nbgrader's documented traits on config ``c`` for the course's trusted pipeline
+    (``nbgrader_config.py`` and ``attn-grade batch`` both call this, so both grade alike).
+
+    nbconvert validates a notebook after every preprocessor of a list, each a few milliseconds
+    for a lesson's notebook, which the gradebook's one writer spends on every student; with
+    ``optimistic_validation`` it validates once, after the last. What comes from outside is still
+    validated where it enters, before anything is decided on it: the submission as read
+    (:class:`Sanitize`, after :class:`CheckSubmission`) and the sandbox's outputs, which
+    :class:`SaveAutoGrades` validates before it scores them. The steps in between are trusted
+    code, whose every change the last validation sees."""
+    c.Autograde.sanitize_preprocessors = SANITIZE
+    c.Autograde.autograde_preprocessors = AUTOGRADE
+    c.Autograde.pre_convert_hook = guard_copy  # nothing of a refused submission is copied
+    c.OverwriteCells.add_missing_cells = True  # a deleted test cell is put back and graded
+    c.NotebookExporter.optimistic_validation = True

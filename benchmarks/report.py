@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
+import shlex
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -61,6 +64,21 @@ class HeadToHead:
     @property
     def ratio(self) -> float:
         return self.chunked_s / self.sdpa_s
+
+
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """How the benchmark ``module`` was run: ``python -m MODULE`` and its arguments (``argv``, or
+    the command line's when None)."""
+    return f"python -m {module} {shlex.join(sys.argv[1:] if argv is None else argv)}".strip()
+
+
+def write_down(out: Path, name: str, text: str, result: dict) -> None:
+    """A benchmark's page ``text`` as ``OUT/NAME.md`` and its ``result`` as ``OUT/NAME.json``;
+    the page is printed too."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(text, encoding="utf-8")
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(text)
 
 
 def write_csv(rows: Sequence[object], path: Path) -> None:

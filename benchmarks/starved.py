@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from autograder.limits import Limits
 from autograder.runner import STARVED, Runner
 from autograder.template import Template
 from benchmarks.machine import run_context
+from benchmarks.report import command_line, write_down
 
 LESSON = "02-softmax-masking"
 SPIN = "while True:\n    pass"
@@ -181,12 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", choices=list(CASES), help="this case only")
     args = parser.parse_args(argv)
     result = run(args.runs, args.timeout, args.case)
-    command = "python -m benchmarks.starved " + shlex.join(sys.argv[1:] if argv is None else argv)
-    text = report(result, command.strip())
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "starved.md").write_text(text, encoding="utf-8")
-    (args.out / "starved.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    print(text)
+    page = report(result, command_line("benchmarks.starved", argv))
+    write_down(args.out, "starved", page, result)
     return 0
 
 

@@ -1,10 +1,10 @@
 """The course's sanitizing step is nbgrader's sanitizing preprocessors, run once per notebook.
 
-``Sanitize`` runs nbgrader's steps (``SANITIZE_STEPS``) in order, validating after each as
-nbconvert does after every preprocessor. ``attn-grade batch`` sanitizes each notebook ahead of
-nbgrader's loop to send it to its workers; within ``sanitizing_ahead`` nbgrader's own pass then
-takes that result instead of sanitizing again — only for exactly the same notebook, and only
-after checking the submission's folder again.
+``Sanitize`` runs nbgrader's steps (``SANITIZE_STEPS``) in order, validating the notebook as
+submitted and after the last step (``trusted_pipeline``). ``attn-grade batch`` sanitizes each
+notebook ahead of nbgrader's loop to send it to its workers; within ``sanitizing_ahead``
+nbgrader's own pass then takes that result instead of sanitizing again — only for exactly the
+same notebook, and only after checking the submission's folder again.
 """
 
 from __future__ import annotations
@@ -126,21 +126,15 @@ class Break(NbGraderPreprocessor):
         return nb, resources
 
 
-class Repair(NbGraderPreprocessor):
-    def preprocess(self, nb, resources):
-        nb.cells[0].cell_type = "markdown"
-        return nb, resources
-
-
-def test_a_step_that_breaks_the_notebook_fails_it_even_if_a_later_one_repairs_it(
-    course, config, monkeypatch
-):
+def test_a_step_that_breaks_the_notebook_fails_it(course, config, monkeypatch):
+    """A step is trusted code, validated once after the last: a notebook it breaks is never
+    graded, whether the steps run on their own (the batch, ahead) or in nbconvert's pass."""
+    monkeypatch.setattr(nbgrader_plugin, "SANITIZE_STEPS", [*SANITIZE_STEPS[:-1], Break])
     nb, resources = read(course)
     with pytest.raises(nbformat.ValidationError):
-        through_nbconvert(config, [Break, Repair], copy.deepcopy(nb), resources)
-    monkeypatch.setattr(nbgrader_plugin, "SANITIZE_STEPS", [Break, Repair])
+        Sanitize(config=config).steps(copy.deepcopy(nb), copy.deepcopy(resources))
     with pytest.raises(nbformat.ValidationError):
-        Sanitize(config=config).preprocess(nb, resources)
+        through_nbconvert(config, [Sanitize], nb, resources)
 
 
 def test_a_notebook_invalid_as_submitted_is_refused_naming_the_place(course, config):

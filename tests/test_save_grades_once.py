@@ -6,12 +6,15 @@ The course's subclass (:mod:`autograder.nbgrader_plugin`) must leave the gradebo
 nbgrader's does — the same scores, the same "needs manual grade" flags, the same comments — with
 one commit for the notebook and a few queries whatever its cells, and a notebook whose saving
 fails half-way must leave none of its new scores behind (nbgrader's leaves the cells before the
-failure)."""
+failure). It scores only a valid notebook: the course's pipeline validates once after its last
+step (``trusted_pipeline``), so what the sandbox's outputs made of it is validated here, first."""
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import nbformat
@@ -173,3 +176,46 @@ def test_a_cell_with_no_grade_in_the_gradebook_fails_as_nbgraders_fails(course):
             save(course, url, step)
         failures.append(str(failed.value))
     assert failures[0] == failures[1]
+
+
+def test_a_notebook_the_outputs_made_invalid_is_not_scored(course):
+    """The sandbox's outputs enter the notebook in TrustedExecute; nbconvert validates the
+    notebook only after the last step, so SaveAutoGrades validates what it is given to score."""
+    ours_url, theirs_url = gradebook_copy(course, "v-ours.db"), gradebook_copy(course, "v.db")
+    blank = contents(ours_url)
+    path = course / "autograded" / STUDENT / LESSON / f"{LESSON}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    code = next(c for c in nb.cells if c.cell_type == "code" and c.outputs)
+    code.outputs[0]["output_type"] = "not an output"  # what a faulty trusted side could write
+    resources = {"nbgrader": {"notebook": LESSON, "assignment": LESSON, "student": STUDENT,
+                              "db_url": ours_url}}  # fmt: skip
+    with pytest.raises(nbformat.ValidationError):
+        nbgrader_plugin.SaveAutoGrades().preprocess(nb, resources)
+    assert contents(ours_url) == blank
+    NbgraderSaveAutoGrades().preprocess(nb, {"nbgrader": {**resources["nbgrader"],
+                                                          "db_url": theirs_url}})  # fmt: skip
+    assert contents(theirs_url) != blank, "nbgrader's own scores it: the check is ours"
+
+
+def test_a_notebook_is_validated_where_something_enters_it_and_after_the_last_step(tmp_path):
+    """Per notebook graded by the batch: the submission as read and after the sanitizing steps
+    (Sanitize, ahead), the sanitized notebook (nbconvert's first pass), the outputs before they
+    are scored (SaveAutoGrades) and the notebook after the last step (nbconvert's second pass);
+    not after each of the dozen steps between (``trusted_pipeline``)."""
+    root = make_course(tmp_path, [LESSON])
+    submit(root, LESSON, STUDENT, student_notebook(LESSON, STUDENTS[LESSON][STUDENT]))
+    callers = collections.Counter()
+    validate = nbformat.validate
+
+    def counted(*args, **kwargs):
+        callers[sys._getframe(1).f_code.co_name] += 1
+        return validate(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nbformat, "validate", counted)
+        mp.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")  # nbgrader: alembic
+        options = batch.BatchOptions(workers=1, progress=False, feedback=False)
+        results = batch.run_batch(root, LESSON, options)
+    assert [r.status for r in results] == ["graded"]
+    assert callers["valid"] == 3, callers  # after CheckSubmission, the last step; SaveAutoGrades
+    assert callers["_validate_preprocessor"] == 2, callers  # nbconvert: once a pass
