@@ -15,10 +15,11 @@ What the batch adds:
   workers) grades the submissions ahead of nbgrader's
   loop, which finds each result ready: :class:`~autograder.nbgrader_plugin.TrustedExecute` takes
   a result only for exactly the notebook and files it was given, and grades anything else itself;
-* where a sandbox has no CPU quota (:class:`~autograder.limits.Cgroup`: no CPU controller we may
-  use, as a normal user, or ``--cpus 0``), a neighbour spinning on every core can make a student
-  run out of time: each student who ran out of time in such a sandbox while others were graded
-  beside it is graded again at the end, alone, and the second grade stands (``regraded``);
+* a neighbour spinning on every core can make a student run out of time, where a sandbox has
+  no CPU quota (:class:`~autograder.limits.Cgroup`: no CPU controller we may use, as a normal
+  user, or ``--cpus 0``) and even under one: each student who ran out of time while others were
+  graded beside it, kept from a processor (:data:`autograder.runner.STARVED`), is graded again
+  at the end, alone, and the second grade stands (``regraded``);
 * a journal (``COURSE/.attn-grade/LESSON.jsonl``): a batch killed half-way and rerun grades only
   the students it had not finished, anyone whose submission changed, anyone whose due date
   changed (a new due date or an extension: nbgrader decides the late penalty when it grades),
@@ -90,7 +91,7 @@ class StudentResult:
         }
 
 
-CROWDED = "out of time beside others, with no CPU quota or kept waiting for a processor"
+CROWDED = "out of time beside others, kept waiting for a processor"
 REGRADED = f"graded again alone: {CROWDED}"
 
 
@@ -279,10 +280,10 @@ def _run(
             nbgrader_plugin.sanitizing_ahead() as forget,
             one_engine(),
         ):
-            # Out of time while others ran beside it, in a sandbox with no CPU quota or one
-            # kept waiting for the processor its quota allowed: a neighbour that took the
-            # processors may be to blame. Once the class is done, each such student is graded
-            # again with no other sandbox running.
+            # Out of time while others ran beside it, kept waiting for the processor its quota
+            # allowed (or one, with no quota): a neighbour that took the processors may be to
+            # blame. Once the class is done, each such student is graded again with no other
+            # sandbox running.
             beside = workers > 1
             graded = {i.name: r for i, r in grade(todo, 2 * workers + 1, final=not beside)}
             again = [item for item in todo if beside and graded[item.name].crowded]

@@ -37,10 +37,12 @@ from .template import Sandbox, SandboxError, Template
 TICK = 0.05  # seconds between memory checks while waiting
 # A request that ran out of time while the learner's process waited, ready to run and within its
 # CPU quota, this share of the time for a processor others held, and the sandbox as a whole got
-# less than the rest of its quota: the host, not the notebook, may be to blame (the batch grades
-# such a student again, alone). A sandbox whose own processes crowd out the one running its
-# cells used its quota, and is not starved; nor is one that gave its processor away (pinned
-# itself to fewer processors, lowered its priority: see Runner._see_scheduling).
+# less than the rest of its quota (of one processor, where it has none): the host, not the
+# notebook, may be to blame (the batch grades such a student again, alone). A sandbox whose own
+# processes crowd out the one running its cells used its share, and is not starved; nor is one
+# that gave its processor away (pinned itself to fewer processors, lowered its priority: see
+# Runner._see_scheduling). What the sandbox used is its cgroup's count, or its processes' from
+# /proc where no cgroup counts it (a normal user): the same rule with a quota or without.
 STARVED = 0.25
 Callbacks = dict[str, Callable[..., object]]
 
@@ -85,12 +87,15 @@ class Runner:
     out_of_time: bool = False  # a cell, a call or the budget ran out of time
     uncapped: bool = False  # a sandbox ran without a CPU quota (its neighbours could slow it)
     starved: bool = False  # a request ran out of time waiting for a processor (see STARVED)
+    untold: bool = False  # time ran out, and nothing read could say whether it was starved
+    weighed: bool = False  # a request that ran out of time was weighed (starved or not)
     given_away: str = ""  # what the notebook did to wait by its own choice (see _see_scheduling)
     peak: int = 0  # most memory seen while measuring (see measure())
     _measuring: bool = False
     _callbacks: dict = field(default_factory=dict)  # key → trusted function, during a request
     _called: int = 0  # callbacks answered during the outstanding request
     _clock: tuple | None = None  # (when, Sandbox.clock()) early in the outstanding request
+    _born: tuple | None = None  # (when, Sandbox.clock()) as the sandbox started
     _scheduling: limits_mod.Scheduling | None = None  # the sandbox's, as it started
 
     @property
@@ -99,9 +104,11 @@ class Runner:
 
     @property
     def crowded(self) -> bool:
-        """Out of time with no CPU quota, or kept from a processor, and not by the notebook's
-        own choice: others may be to blame (the batch grades such a student again, alone)."""
-        return self.out_of_time and not self.given_away and (self.uncapped or self.starved)
+        """Out of time, kept from a processor (or with no CPU quota, where the kernel could not
+        say whether it was), and not by the notebook's own choice: others may be to blame (the
+        batch grades such a student again, alone)."""
+        unknown = self.uncapped and self.untold
+        return self.out_of_time and not self.given_away and (self.starved or unknown)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -198,6 +205,7 @@ class Runner:
                 raise Fault("NotRun", "the notebook's process was restarted too many times")
             if self.left() <= 0:
                 self.out_of_time = True
+                self.untold |= not self.weighed  # spent between requests, none weighed
                 raise Fault("BudgetExceeded", self._budget_text())
             self.launches += 1
             try:
@@ -209,6 +217,7 @@ class Runner:
             if self.box.cgroup is None or not self.box.cgroup.cpu_capped:
                 self.uncapped = True
             self._scheduling = limits_mod.scheduling(self.box.executor)
+            self._born = (time.monotonic(), self.box.clock())
             try:
                 self._setup()
                 return self.box
@@ -260,10 +269,15 @@ class Runner:
             except _Late:
                 self.out_of_time = True
                 self._see_scheduling()
-                if self._clock is not None:  # (a wait the notebook chose is not the host's)
-                    began, clock = self._clock
+                kept = None
+                # over the request from its first tick; over the sandbox's life for one that was
+                # out of time before it (the budget spent): a wait it chose is not the host's
+                began, clock = self._clock or self._born or (None, None)
+                if clock is not None and time.monotonic() - began >= TICK:
                     kept = self._starved(clock, box.clock(), time.monotonic() - began)
-                    self.starved |= kept and not self.given_away
+                self.starved |= bool(kept) and not self.given_away
+                self.untold |= kept is None
+                self.weighed |= kept is not None
                 if on_late is None or budget_bound:
                     raise
                 raise _Interrupted(on_late(seq)) from None
@@ -338,17 +352,19 @@ class Runner:
         protocol.send(self.box.sock, {"cb": n, "ok": True,
                                       "result": protocol.encode(result, blobs)}, blobs)  # fmt: skip
 
-    def _starved(self, before: tuple, after: tuple, seconds: float) -> bool:
+    def _starved(self, before: tuple, after: tuple, seconds: float) -> bool | None:
         """Did the sandbox wait for processors others held, over ``seconds`` between the two
-        :meth:`Sandbox.clock` readings (see :data:`STARVED`)?"""
+        :meth:`Sandbox.clock` readings (see :data:`STARVED`)? None if the kernel did not say
+        how long its process waited."""
         (waited, used), (waited_now, used_now) = before, after
         if waited is None or waited_now is None:
-            return False
+            return None
         if waited_now - waited < STARVED * seconds * 1e9:
             return False
-        if used is None or used_now is None or not self.limits.cpus:
+        if used is None or used_now is None:
             return True
-        return used_now - used < (1 - STARVED) * self.limits.cpus * seconds * 1e9
+        share = self.limits.cpus or 1.0  # with no quota: one processor, all one process can use
+        return used_now - used < (1 - STARVED) * share * seconds * 1e9
 
     def _see_scheduling(self) -> None:
         """Has the process running the cells pinned itself to fewer processors, or lowered its

@@ -72,13 +72,15 @@ class Sandbox:
 
     def clock(self) -> tuple[int | None, int | None]:
         """Nanoseconds the process running the learner's cells has waited for a processor that
-        its CPU quota allowed it (others had them), and of CPU the whole sandbox has used; each
-        None where the kernel does not say."""
+        its CPU quota allowed it (others had them), and of CPU the whole sandbox has used (its
+        cgroup's count, or, where none counts it, its processes' from /proc: ``tree_cpu``);
+        each None where the kernel does not say."""
         delay = limits_mod.run_delay(self.executor)
-        if self.cgroup is None:
-            return delay, None
-        waited = None if delay is None else delay - self.cgroup.throttled()
-        return waited, self.cgroup.used()
+        throttled = self.cgroup.throttled() if self.cgroup is not None else 0
+        used = self.cgroup.used() if self.cgroup is not None else None
+        if used is None:
+            used = limits_mod.tree_cpu(self.child)
+        return (None if delay is None else delay - throttled), used
 
     def close(self) -> None:
         """Kill every process of the sandbox and wait until they are gone."""

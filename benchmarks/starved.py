@@ -16,9 +16,9 @@ crowding, in a real sandbox from a warm template, so the margin on each side can
   (it waits, by its own choice: :meth:`autograder.limits.Scheduling.given_away`).
 
 Each row gives, over ``--runs`` runs, the median share of the request's time the cell's process
-waited, and the median share of its quota the sandbox used (blank where the machine has no CPU
-controller to count it: as a normal user, where any out-of-time cell beside others is graded
-again anyway), then what the grader decided.
+waited, and the median share of its quota the sandbox used (its cgroup's count; as a normal user,
+with no quota, its processes' CPU from /proc against one processor), then what the grader
+decided.
 """
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ class ReadRunner(Runner):
         (waited, used), (waited_now, used_now) = before, after
         if waited is not None and waited_now is not None:
             used_share = None
-            if used is not None and used_now is not None and self.limits.cpus:
-                used_share = (used_now - used) / (self.limits.cpus * seconds * 1e9)
+            if used is not None and used_now is not None:
+                share = self.limits.cpus or 1.0  # as Runner._starved weighs it
+                used_share = (used_now - used) / (share * seconds * 1e9)
             self.read = ((waited_now - waited) / (seconds * 1e9), used_share)
         return super()._starved(before, after, seconds)
 
@@ -154,7 +155,9 @@ def table(result: dict) -> list[str]:
 def report(result: dict, command: str) -> str:
     context = result["context"]
     capped = limits_mod.can_cap_cpu()
-    quota = "as root (a quota of 1 core a sandbox)" if capped else "as a normal user (no quota)"
+    quota = "as root (a quota of 1 core a sandbox)"
+    if not capped:
+        quota = "as a normal user (no quota; what a sandbox used counted from /proc)"
     return "\n".join([
         "# What the grader reads when a cell runs out of time",
         "",
@@ -162,7 +165,7 @@ def report(result: dict, command: str) -> str:
         "",
         f"A looping cell in a sandbox of lesson {LESSON}, {result['timeout']:g} s timeout, "
         f"{result['runs']} runs a case (medians). Starved: waited at least {STARVED:g} of the "
-        f"time and, under a quota, used less than {1 - STARVED:g} of it.",
+        f"time and used less than {1 - STARVED:g} of its quota (of one processor, with none).",
         "",
         *table(result),
         "",

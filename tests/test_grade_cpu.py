@@ -106,11 +106,13 @@ def test_a_sandbox_that_spins_every_core_costs_its_neighbours_nothing(tmp_path):
         assert not results[name]["regraded"], "under a CPU quota no neighbour runs out of time"
 
 
-def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again_alone(tmp_path):
+def test_without_a_cpu_quota_a_student_starved_beside_others_is_graded_again_alone(tmp_path):
     """Where no sandbox can be capped (a normal user, no CPU controller; here ``--cpus 0``), the
     spinner takes the processors from its neighbours until they run out of time. Every student
-    who ran out of time in an uncapped sandbox is graded again once the class is done, alone, with
-    no other sandbox running: the honest ones then keep every point."""
+    who ran out of time waiting for a processor, and got less than three quarters of one (the
+    CPU its sandbox's processes used, counted by a cgroup or from /proc), is graded again once
+    the class is done, alone, with no other sandbox running: the honest ones then keep every
+    point. The spinner, whose own cell slept when its budget ended, is not."""
     # A short timeout, so that a neighbour's starved experiment runs out of it for sure; the whole
     # budget, so that the spinners are still spinning when it runs.
     course, results = _grade_beside_a_spinner(tmp_path, TIMEOUT // 2, BUDGET, "--cpus", "0")
@@ -120,7 +122,7 @@ def test_without_a_cpu_quota_a_student_out_of_time_beside_others_is_graded_again
     journal = (course / ".attn-grade" / f"{LESSON}.jsonl").read_text().splitlines()
     finished = [json.loads(line)["student"] for line in journal]
     assert sorted(finished) == sorted(results), "a first grade to be redone was journaled as done"
-    assert results["a-spins"]["regraded"]
+    assert not results["a-spins"]["regraded"], "it slept through its own spinning: not starved"
     hurt = any(results[name]["regraded"] for name in HONEST)
     assert hurt, f"the spinner made no honest student run out of time: this shows nothing {results}"
 

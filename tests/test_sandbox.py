@@ -517,8 +517,9 @@ SPIN, SLEEP = "while True:\n    pass", "import time\ntime.sleep(30)"
 def test_a_cell_kept_from_a_processor_by_others_is_told_from_one_that_loops(template):
     """A CPU quota caps a sandbox but does not promise it a core. A cell that ran out of time
     while it waited, ready to run, for a processor others held marks its runner ``starved``, and
-    its notebook is graded ``crowded`` (the batch grades its student again, alone, as it does one
-    with no quota); a cell that slept past its timeout does not."""
+    its notebook is graded ``crowded`` (the batch grades its student again, alone); a cell that
+    slept past its timeout does not. With a CPU quota or without (what the sandbox used then
+    counted from /proc)."""
 
     def ran_out(source: str) -> Runner:
         runner = Runner(template, Limits(timeout=3, budget=60))
@@ -534,9 +535,8 @@ def test_a_cell_kept_from_a_processor_by_others_is_told_from_one_that_loops(temp
     with spinners(os.sched_getaffinity(0), 2):
         assert not ran_out(SLEEP).starved
         assert ran_out(SPIN).starved
-        if limits_mod.can_cap_cpu():  # (with no quota, a notebook out of time is crowded anyway)
-            cells = [{"cell_type": "code", "source": SPIN, "metadata": {}}]
-            assert engine.grade({"cells": cells}, template, Limits(timeout=3, budget=60)).crowded
+        cells = [{"cell_type": "code", "source": SPIN, "metadata": {}}]
+        assert engine.grade({"cells": cells}, template, Limits(timeout=3, budget=60)).crowded
 
 
 # How a notebook can give its processor away, so that its own slowness looks like the host's.
@@ -573,21 +573,23 @@ def test_a_notebook_that_gives_its_processor_away_is_not_graded_again(template, 
 
 
 @pytest.mark.parametrize(
-    "waited, used, starved",
+    "cpus, waited, used, starved",
     [
-        ((0, 0.01 * S), (0, 0.01 * S), False),  # slept
-        ((0, 0.3 * S), (0, 0.4 * S), False),  # waited a tenth of the time
-        ((0, 2.7 * S), (0, 0.3 * S), True),  # waited most of it, and the sandbox got little
-        ((0, 2.7 * S), (0, 2.9 * S), False),  # its own processes kept the cells' one waiting
-        ((0, 2.7 * S), (None, None), True),  # no controller counts its CPU: the wait decides
-        ((None, None), (0, 0.1 * S), False),  # the kernel keeps no scheduler statistics
+        (1.0, (0, 0.01 * S), (0, 0.01 * S), False),  # slept
+        (1.0, (0, 0.3 * S), (0, 0.4 * S), False),  # waited a tenth of the time
+        (1.0, (0, 2.7 * S), (0, 0.3 * S), True),  # waited most of it, and the sandbox got little
+        (1.0, (0, 2.7 * S), (0, 2.9 * S), False),  # its own processes kept the cells' one waiting
+        (1.0, (0, 2.7 * S), (None, None), True),  # nothing counts its CPU: the wait decides
+        (1.0, (None, None), (0, 0.1 * S), None),  # no scheduler statistics: it cannot say
+        (0, (0, 1.5 * S), (0, 1.5 * S), True),  # no quota: got half of one processor
+        (0, (0, 1.8 * S), (0, 6.0 * S), False),  # no quota: its own children on every processor
     ],
 )
-def test_a_sandbox_is_starved_when_it_waited_and_did_not_get_its_quota(waited, used, starved):
-    """Over a request given 3 s under a quota of one core: the process running the cells waited
-    a quarter of that, ready to run, beyond what the quota held it back, and the sandbox used
-    less than three quarters of its quota (:func:`autograder.runner.Runner._starved`)."""
-    runner = Runner(None, Limits(cpus=1.0))  # (before, after) readings of each, over 3 s
+def test_a_sandbox_is_starved_when_it_waited_and_did_not_get_its_share(cpus, waited, used, starved):
+    """Over a request given 3 s: the process running the cells waited a quarter of that, ready
+    to run, beyond what a quota held it back, and the sandbox used less than three quarters of
+    its quota, or of one processor with none (:func:`autograder.runner.Runner._starved`)."""
+    runner = Runner(None, Limits(cpus=cpus))  # (before, after) readings of each, over 3 s
     assert runner._starved((waited[0], used[0]), (waited[1], used[1]), 3.0) is starved
 
 
@@ -671,6 +673,77 @@ def test_a_cell_held_back_by_its_own_cpu_quota_was_not_kept_from_a_processor(tem
         assert capped.box.cgroup.throttled() > 2e9  # the quota held it back, and said so
     finally:
         capped.close()
+
+
+# Burns CPU in the cell's process and in two children of its own: one it waits for, one it
+# leaves ended but not waited for; prints the CPU-seconds each of the three says it used.
+BURNS = """
+import os, time
+
+def burn(seconds):
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+    return time.process_time() - start
+
+said = []
+for wait in (True, False):
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.write(write, repr(burn(0.4)).encode())
+        os._exit(0)
+    os.close(write)
+    said.append(float(os.read(read, 100)))
+    if wait:
+        os.waitpid(child, 0)
+said.append(burn(0.4))
+print(sum(said))
+"""
+
+
+def test_where_no_cgroup_counts_a_sandboxs_cpu_its_processes_are_counted_from_proc(
+    template, monkeypatch
+):
+    """As a normal user no cgroup counts what a sandbox used; the grader adds up its processes'
+    CPU from /proc (``limits.tree_cpu``), the children ended since included, whether or not the
+    notebook waited for them: what the starved rule then weighs is what the three processes say
+    they used (a few clock ticks more: the interpreter's own work)."""
+    monkeypatch.setattr(limits_mod.Cgroup, "create", classmethod(lambda cls, *a, **k: None))
+    runner = Runner(template, Limits(timeout=30, budget=60))
+    try:
+        runner.run(0, "x = 1")
+        assert runner.box.cgroup is None
+        _, before = runner.box.clock()
+        ran = runner.run(1, BURNS)
+        _, after = runner.box.clock()
+    finally:
+        runner.close()
+    said = float("".join(o.get("text", "") for o in ran.outputs if o["output_type"] == "stream"))
+    assert said >= 1.2, ran.outputs
+    tick = 10**9 / os.sysconf("SC_CLK_TCK")
+    assert said * 1e9 - 6 * tick <= after - before <= said * 1e9 + 0.3e9, (said, after - before)
+
+
+@pytest.mark.parametrize(
+    ("uncapped", "starved", "untold", "given_away", "crowded"),
+    [
+        (False, True, False, "", True),
+        (False, False, True, "", False),  # a quota: the kernel would have said
+        (True, False, False, "", False),  # no quota, and the kernel said it was not starved
+        (True, False, True, "", True),  # no quota, and nothing could say
+        (True, True, False, "lowered its own priority (nice 0 to 19)", False),
+    ],
+)
+def test_a_notebook_out_of_time_is_crowded_when_others_may_be_to_blame(
+    uncapped, starved, untold, given_away, crowded
+):
+    """:attr:`Runner.crowded`: what the batch grades again alone."""
+    runner = Runner(None, Limits(timeout=3), uncapped=uncapped, starved=starved, untold=untold,
+                    given_away=given_away, out_of_time=True)  # fmt: skip
+    assert runner.crowded is crowded
+    runner.out_of_time = False
+    assert not runner.crowded
 
 
 def test_a_killed_grader_leaves_nothing_running(tmp_path):
