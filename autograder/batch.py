@@ -30,7 +30,6 @@ What the batch adds:
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
 import io
 import json
@@ -50,7 +49,7 @@ from nbgrader.apps.autogradeapp import AutogradeApp
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 
-from . import names, nbgrader_plugin, notebook_format, submission
+from . import names, nbgrader_plugin, notebook_format, spreadsheet, submission
 from .gradebook_engine import one_engine
 from .journal import Journal, stamp_of
 from .limits import Limits
@@ -661,18 +660,8 @@ def lateness(r) -> str:
 
 
 def write_csv(results: list[StudentResult], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", "status", *GRADE, "seconds", "problems", "error", "regraded"])
-        for r in results:
-            writer.writerow(
-                [
-                    r.student,
-                    r.status,
-                    *(getattr(r, name) for name in GRADE),
-                    r.seconds,
-                    "; ".join(r.problems),
-                    r.error,
-                    r.regraded,
-                ]
-            )
+    """The results, a row a student; a spreadsheet reads no id or error as a formula."""
+    header = ["student", "status", *GRADE, "seconds", "problems", "error", "regraded"]
+    spreadsheet.write(path, header, (
+        [r.student, r.status, *(getattr(r, name) for name in GRADE), r.seconds,
+         "; ".join(r.problems), r.error, r.regraded] for r in results))  # fmt: skip

@@ -49,9 +49,9 @@ def deduplicate(nb: dict) -> list[str]:
         else:
             seen.add(grade_id)
     return [
-        f"cell {grade_id} appears {n} times (a copy keeps nbgrader's label of the original): the "
-        "last copy counts as that cell, the others run as ordinary cells; delete the copies you "
-        "do not need"
+        f"cell {grade_id[:60]} appears {n} times (a copy keeps nbgrader's label of the original): "
+        "the last copy counts as that cell, the others run as ordinary cells; delete the copies "
+        "you do not need"
         for grade_id, n in copies.items()
         if grade_id is not None and n > 1
     ]

@@ -3,9 +3,12 @@
 :func:`clean` rebuilds every output from the sandbox from scratch: only the four nbformat output
 types, only ``text/plain`` and PNG/JPEG images (no HTML, JavaScript, SVG or widget state, so no
 learner markup reaches a feedback page unescaped), every string capped, the whole notebook within
-one budget of characters that the sandbox cannot lift. Consecutive pieces of one stream are joined
-and shown as a terminal or JupyterLab shows them (:func:`as_shown`): a progress bar that redraws
-itself with carriage returns keeps its last state, not every one on a line of its own.
+one budget of characters that the sandbox cannot lift (counted as the notebook's file writes them:
+a control character as a six-character escape). An error's name and the start of its value are
+kept past the budget, once a cell, so that the learner still sees what failed. Consecutive pieces
+of one stream are joined and shown as a terminal or JupyterLab shows them (:func:`as_shown`): a
+progress bar that redraws itself with carriage returns keeps its last state, not every one on a
+line of its own.
 
 :func:`graded` writes a graded test cell's outputs *from the grader's verdicts*. nbgrader scores a
 test cell from its outputs — no points for an ``error`` or a ``stderr`` stream, a partial score read
@@ -24,6 +27,7 @@ MIME = ("text/plain", "image/png", "image/jpeg")
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 MAX_OUTPUTS = 500  # per cell
 MAX_LINES = 50  # of a traceback
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # written as \u00XX in the notebook
 
 
 def error(ename: str, evalue: str, note: str = "") -> dict:
@@ -40,7 +44,7 @@ def clean(raw: object, budget: int) -> tuple[list[dict], int]:
     out: list[dict] = []
     pieces: dict[int, list[str]] = {}  # a stream output's position → its pieces, joined once below
     left = budget
-    cut = False
+    cut = spoke = False  # the budget ran out; an error was kept past it
     for item in raw[:MAX_OUTPUTS] if isinstance(raw, list) else []:
         if not isinstance(item, dict):
             continue
@@ -62,8 +66,11 @@ def clean(raw: object, budget: int) -> tuple[list[dict], int]:
                     entry["execution_count"] = count if type(count) is int else None
                 out.append(entry)
         elif kind == "error":
-            ename = _text(item.get("ename"))[:200] or "Error"
+            if spoke:  # past the budget, one error a cell says what failed
+                continue
+            ename, left, cut = _take(_text(item.get("ename"))[:200], left, cut, force=200)
             evalue, left, cut = _take(_text(item.get("evalue"))[:2000], left, cut, force=200)
+            ename = ename or "Error"
             lines = item.get("traceback")
             lines = [_text(x)[:2000] for x in lines[-MAX_LINES:]] if isinstance(lines, list) else []
             kept = []
@@ -71,8 +78,11 @@ def clean(raw: object, budget: int) -> tuple[list[dict], int]:
                 line, left, cut = _take(line, left, cut)
                 if line:
                     kept.append(line)
+            if not kept:
+                kept, left = [f"{ename}: {evalue}"], max(left - _cost(f"{ename}: {evalue}"), 0)
             out.append({"output_type": "error", "ename": ename, "evalue": evalue,
-                        "traceback": kept or [f"{ename}: {evalue}"]})  # fmt: skip
+                        "traceback": kept})  # fmt: skip
+            spoke = cut
     for index, texts in pieces.items():
         out[index]["text"] = as_shown("".join(texts))
     if cut:
@@ -103,12 +113,23 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _cost(text: str) -> int:
+    """What ``text`` takes of the budget: its characters as the notebook's JSON writes them."""
+    return len(text) + 5 * len(_CONTROL.findall(text))
+
+
 def _take(text: str, left: int, cut: bool, force: int = 0) -> tuple[str, int, bool]:
-    """``text`` within ``left`` characters (``force`` are always kept, e.g. an error's name)."""
-    if len(text) <= left:
-        return text, left - len(text), cut
-    keep = max(left, min(force, len(text)))
-    return text[:keep], max(left - keep, 0), True
+    """``text`` within ``left`` of the budget (up to ``force`` always kept, e.g. an error's
+    name)."""
+    cost = _cost(text)
+    if cost <= left:
+        return text, left - cost, cut
+    room = max(left, force)
+    lo, hi = 0, min(len(text), room)  # the longest start of ``text`` that ``room`` holds
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _cost(text[:mid]) <= room else (lo, mid - 1)
+    return text[:lo], max(left - _cost(text[:lo]), 0), True
 
 
 def _data(data: object, left: int, cut: bool) -> tuple[dict, int, bool]:

@@ -358,10 +358,20 @@ def decode(
     """Rebuild a value from :func:`encode`'s tree: built-ins and plain numeric arrays only.
 
     A :class:`Remote` becomes ``functions(key)``; without ``functions`` (the trusted side,
-    always) it is a protocol violation: nothing decoded on the trusted side can be called.
+    always) it is a protocol violation: nothing decoded on the trusted side can be called. So
+    is any value :func:`encode` never makes that Python or NumPy cannot build (a number no float
+    holds, a shape no array takes): a :class:`ProtocolError`, never another exception.
     """
-    if functions is not None:
-        return _decode_with(tree, buffers, depth, bounds, functions)
+    try:
+        if functions is not None:
+            return _decode_with(tree, buffers, depth, bounds, functions)
+        return _decode(tree, buffers, depth, bounds)
+    except (ArithmeticError, ValueError, TypeError) as error:  # ProtocolError is none of these
+        raise ProtocolError(f"a malformed value ({type(error).__name__}: {error})"[:300]) from None
+
+
+def _decode(tree: object, buffers: list[bytes], depth: int, bounds: Bounds) -> object:
+    """:func:`decode` on the trusted side."""
     if depth > bounds.depth + 1 or not isinstance(tree, dict):
         raise ProtocolError("a malformed value")
     t = tree.get("t")

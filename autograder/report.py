@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import csv
 import html
 import io
 import json
@@ -71,7 +70,7 @@ from attnlib.checks import NOT_WRITTEN
 from attnlib.mastery import THRESHOLD
 from attnlib.quiz import NOT_ANSWERED
 
-from . import history, names
+from . import history, names, spreadsheet
 from .submission import shown
 
 STUCK_AFTER = 3  # the same mistake in this many last distinct submissions
@@ -715,20 +714,13 @@ def as_json(course_id: str, reports: list[LessonReport]) -> str:
     return json.dumps(payload, indent=2, ensure_ascii=False)
 
 
-def spreadsheet_safe(value: object) -> object:
-    """A text cell a spreadsheet would read as a formula (``=…``, ``+…``, ``@…``) gets a ``'``."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
 def _csv_value(value: object) -> object:
     if isinstance(value, dict):
         value = "; ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in value.items())  # fmt: skip
     elif isinstance(value, list):
         value = "; ".join(map(str, value))
-    return spreadsheet_safe(value)
+    return value
 
 
 def write_csv(reports: list[LessonReport], folder: Path) -> list[Path]:
@@ -746,11 +738,7 @@ def write_csv(reports: list[LessonReport], folder: Path) -> list[Path]:
     for name, (rows, kind) in tables.items():
         path = folder / f"{name}.csv"
         columns = list(kind.__dataclass_fields__)
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            for row in rows:
-                writer.writerow([_csv_value(row[c]) for c in columns])
+        spreadsheet.write(path, columns, ([_csv_value(row[c]) for c in columns] for row in rows))
         written.append(path)
     return written
 

@@ -175,11 +175,17 @@ def _as_markdown(grade_id: str) -> Callable[[dict], None]:
 LONG_LABEL = "test_softmax_<b>mine</b>" + "x" * 10_000
 
 
-def _rename(grade_id: str, new: str, source: str) -> Callable[[dict], None]:
+def _rename(grade_id: str, new: str, source: str, copies: int = 0) -> Callable[[dict], None]:
+    """Tag the cell ``grade_id`` as ``new`` with ``source``; ``copies`` more of it at the end."""
+
     def tamper(nb: dict) -> None:
         cell = nb["cells"][_tagged(nb, grade_id)]
         cell["metadata"]["nbgrader"]["grade_id"] = new
         cell["source"] = source
+        for _ in range(copies):
+            copied = copy.deepcopy(cell)
+            copied["id"] = f"copy-{len(nb['cells'])}"
+            nb["cells"].append(copied)
 
     return tamper
 
@@ -384,9 +390,9 @@ get_ipython().events.register("pre_run_cell", _forge)
             tamper=_tag("test_softmax", grade=False, locked=False), lost=SOFTMAX_ONLY),
         "renames-its-test-cell": Attack(
             1, "a wrong softmax whose test cell is emptied and tagged with an unknown id, in "
-            "markup and 10,000 characters long",
+            "markup and 10,000 characters long, and copied: both notes that name the id keep 60",
             cells={"softmax": WRONG["softmax"]},
-            tamper=_rename("test_softmax", LONG_LABEL, "pass"), lost=SOFTMAX_ONLY),
+            tamper=_rename("test_softmax", LONG_LABEL, "pass", copies=1), lost=SOFTMAX_ONLY),
         "grades-its-answer-cell": Attack(
             1, "a wrong softmax whose own cell's tag makes it a graded cell worth 100 points",
             cells={"softmax": WRONG["softmax"]},
@@ -594,6 +600,21 @@ for o in gc.get_objects():
             {"output_type": "error", "ename": name, "evalue": value, "traceback": tb})
 print("y" * 6_000_000)
 """, "raise ValueError('z' * 6_000_000)"], lost={}),
+        "floods-errors": Attack(
+            3, "appends 500 errors of 200-character names and values, half of them control "
+            "characters (written six bytes each), to the sandbox's outputs after each of 20 cells: "
+            "an error's name and the start of its value are kept whatever the output budget, so "
+            "the grader must not keep them for every one (28 MB of notebook, a GB in the batch)",
+            extra=["""
+import gc
+_sink = next(o for o in gc.get_objects() if type(o).__name__ == "Sink")
+def _flood(result=None):
+    if getattr(getattr(result, "info", None), "raw_cell", "") == "pass":
+        for _ in range(500):
+            _sink.outputs.append({"output_type": "error", "ename": "E\x01" * 100,
+                                  "evalue": "V\x01" * 100, "traceback": []})
+get_ipython().events.register("post_run_cell", _flood)
+""", *["pass"] * 20], lost={}),
         "stalls-the-stream-rule": Attack(
             3, "prints 1.5 MB on one line in 300 pieces, ending in a carriage return: the grader "
             "joins a stream's pieces and drops what a carriage return overwrites, which a "
@@ -721,7 +742,8 @@ def softmax(x, axis=-1):
     }  # fmt: skip
 
 
-ODD_NAMES = ["José Núñez", "o'brien", "a b", "日本語"]  # graded as any other
+# graded as any other; the last a formula to a spreadsheet that opens the batch's CSV
+ODD_NAMES = ["José Núñez", "o'brien", "a b", "日本語", "=cmd|calc!A0"]
 # not UTF-8; an nbgrader glob; HTML that formgrader would put into its page: refused
 UNGRADABLE_NAMES = [b"stud\xffent", b"[x]*?", b'x" onmouseover="window.ATTN_PWNED=1" <b>',
                     b"two\nlines"]  # fmt: skip

@@ -33,7 +33,7 @@ from test_grade_students import STUDENTS, student_notebook, submit
 
 from attnlib.checks import NOT_WRITTEN
 from attnlib.quiz import NOT_ANSWERED
-from autograder import cli, history, report
+from autograder import cli, history, report, spreadsheet
 from autograder.report import Cell
 
 LESSON = "02-softmax-masking"
@@ -713,3 +713,14 @@ def test_a_cell_nbgrader_has_no_score_for_is_not_graded_until_someone_grades_it(
         bob = report.student_stats(LESSON, "bob", cells, scores["bob"], [], unscored=["test_q1"])
         assert bob.score == 1.5 and bob.not_graded == ["test_q1"]
         assert report.not_graded(bob).startswith("no score for test_q1: the autograder could not")
+
+
+@pytest.mark.parametrize("text", ["=1+1", "+1", "-1+2", "@SUM(1)", "\t=1", "\r=1"])
+def test_a_text_cell_a_spreadsheet_would_run_is_written_as_text(tmp_path, text):
+    """Every CSV the course writes for an instructor (the batch's grades, the report's tables)
+    goes through ``spreadsheet.write``: a cell that starts like a formula starts with ``'``;
+    numbers, booleans and other text are written as they are."""
+    path = tmp_path / "t.csv"
+    spreadsheet.write(path, ["a", "b", "c", "d"], [[text, "plain", 1.5, True]])
+    with open(path, newline="", encoding="utf-8") as f:
+        assert list(csv.reader(f))[1] == ["'" + text, "plain", "1.5", "True"]

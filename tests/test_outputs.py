@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -55,3 +56,38 @@ def test_a_long_line_ending_in_a_carriage_return_is_shown_in_linear_time():
     out, _ = clean([stream("stdout", line)], 4_000_000)
     assert out == [stream("stdout", line)]
     assert as_shown("x\r" * 500_000 + "y") == "y"
+
+
+def error(name: str, value: str) -> dict:
+    return {"output_type": "error", "ename": name, "evalue": value, "traceback": []}
+
+
+def written(outputs: list[dict]) -> int:
+    """Characters the outputs take in the notebook's file (nbformat writes JSON, non-ASCII as
+    it is)."""
+    return len(json.dumps(outputs, ensure_ascii=False))
+
+
+def test_past_the_budget_one_error_a_cell_says_what_failed():
+    """An error's name and the start of its value are kept when the budget is spent, so the
+    learner sees what failed; a cell that appends 500 such errors to its outputs (the sandbox
+    owns that list) keeps one, not 500 (``floods-errors`` in the hostile corpus)."""
+    out, _ = clean([error("E" * 200, "V" * 2000)] * 500, 1000)
+    errors = [o for o in out if o["output_type"] == "error"]
+    assert len(errors) == 1, len(errors)
+    assert errors[0]["ename"] == "E" * 200 and errors[0]["evalue"].startswith("V" * 200)
+    assert written(out) < 1000 + 2000, written(out)
+    assert out[-1]["text"].startswith("\n[output truncated by the grader")
+
+
+@pytest.mark.parametrize("text", ["\x01" * 5000, "a\x1b[31mred\x1b[0m\n" * 500, "é" * 5000])
+def test_the_budget_counts_characters_as_the_notebook_writes_them(text):
+    """A control character is written as a six-character escape (``\\u0001``): the budget
+    counts it so, and what is kept fits the budget as written."""
+    out, spent = clean([stream("stdout", text)], 3000)
+    kept = out[0]["text"]
+    assert text.startswith(kept) and len(kept) > 0
+    assert written([stream("stdout", kept)]) - written([stream("stdout", "")]) <= 3000 + 2 * len(
+        re.findall(r"[\n\r\t\"\\]", kept)
+    )
+    assert spent <= 3000

@@ -926,6 +926,22 @@ def test_stand_ins_replace_the_learners_names_for_one_call_only(template):
     assert np.allclose(alone, np.exp(x))  # the learner's own softmax is back
 
 
+# A callback in turn, under the stand-in's own key, whose argument only the decoder can refuse:
+# it must be a protocol violation that costs the cell at hand, not an error that stops grading.
+FORGES_A_CALLBACK = """
+def f(fn):
+    import time
+    from autograder import protocol
+    found = [c.cell_contents for c in fn.__closure__]
+    remote = next(c for c in found if hasattr(c, "sock"))
+    key = next(c for c in found if isinstance(c, str))
+    protocol.send(remote.sock, {{"op": "callback", "cb": remote.count, "key": key,
+                                 "args": {{"t": "tuple", "items": [{bad!r}]}},
+                                 "kwargs": {{"t": "dict", "items": []}}}}, [b""])
+    time.sleep(5)
+"""
+
+
 @pytest.mark.parametrize(
     ("cells", "expected"),
     [
@@ -941,8 +957,22 @@ def test_stand_ins_replace_the_learners_names_for_one_call_only(template):
             ],
             "too large",
         ),
+        (
+            [FORGES_A_CALLBACK.format(bad={"t": "float", "v": 10**400})],
+            "ProtocolViolation",
+        ),
+        (
+            [FORGES_A_CALLBACK.format(bad={"t": "nd", "dtype": "f8", "shape": [0, 2**70], "b": 0})],
+            "ProtocolViolation",
+        ),
     ],
-    ids=["calls-back-out-of-turn", "calls-back-forever", "sends-a-huge-array"],
+    ids=[
+        "calls-back-out-of-turn",
+        "calls-back-forever",
+        "sends-a-huge-array",
+        "sends-a-number-no-float-holds",
+        "sends-an-empty-array-too-wide-to-shape",
+    ],
 )
 def test_callbacks_are_bounded_and_only_while_asked(template, cells, expected):
     calls = []
