@@ -865,6 +865,65 @@ def test_check_attention_on_tensors_earns_the_lessons_mark() -> None:
     assert outcome.passed, outcome.message
 
 
+def counts_its_calls():
+    """A check_attention that tests nothing: it accepts as many calls as there are right
+    attentions, which the checks hand it first, and rejects every later one."""
+    from attnlib.checks.candidates import CORRECT as RIGHT
+
+    calls = []
+
+    def check_attention(attention_fn, **kwargs):
+        calls.append(1)
+        if len(calls) > len(RIGHT):
+            raise AssertionError("attention must be equivariant to permutations of the keys")
+
+    return check_attention
+
+
+@pytest.mark.xfail(strict=True, reason="known hole by default: the attentions' order is public")
+def test_a_test_that_counts_its_calls_earns_nothing_by_default() -> None:
+    from attnlib import checks
+
+    assert not checks.judge("check_attention", counts_its_calls()).passed
+
+
+def test_a_test_that_counts_its_calls_fails_in_a_gradings_own_order() -> None:
+    """With secret problems, a grading runs the learner's test on the right and the broken
+    attentions in an order of its own: the counting test rejects a right one there."""
+    from attnlib import checks
+    from attnlib.checks._core import SECRET_NOTE
+
+    for seed in (1, 2, 3):
+        outcome = checks.judge("check_attention", counts_its_calls(), secret=checks.Secret(seed))
+        assert not outcome.passed and outcome.message.endswith(SECRET_NOTE), outcome.message
+        assert "rejects a correct attention" in outcome.message, outcome.message
+
+
+def one_property_only(attention_fn, **kwargs):
+    """A real but weak property test: the rows of the weights sum to one, nothing else."""
+    q = torch.randn(2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    try:
+        _, weights = attention_fn(q, q, q)
+    except Exception as error:  # noqa: BLE001 — what a property test says of a broken one
+        raise AssertionError(f"rows of the weights sum to one: it raised {error}") from None
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 5, dtype=q.dtype)), "rows sum to one"
+
+
+def test_a_test_that_looks_at_its_attention_is_judged_the_same_in_any_order() -> None:
+    """The course's own test passes in every order a grading draws. A weak one, which catches
+    a few bugs, catches the same ones in every order, and is told so in the same words."""
+    from attnlib import checks
+    from attnlib.checks import lesson06
+
+    assert checks.judge("check_attention", at.check_attention).passed
+    for seed in range(4):
+        assert checks.judge("check_attention", at.check_attention, secret=checks.Secret(seed))
+    public = lesson06._property_test(one_property_only, None)
+    assert public and public.startswith("check_attention catches "), public
+    for seed in range(4):
+        assert lesson06._property_drawn(one_property_only, (seed,)) == public, seed
+
+
 def test_check_attention_leaves_torch_random_state_alone() -> None:
     torch.manual_seed(15)
     state = torch.get_rng_state()

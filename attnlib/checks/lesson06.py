@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import numpy as np
 
@@ -637,29 +638,58 @@ class _Escaped(Exception):
 
 
 def _property_test(fn, peak: Peak) -> str | None:
-    for name, candidate in CORRECT.items():
+    """The learner's test of the right attentions, then of the planted bugs: it must accept
+    every right one and catch most bugs."""
+    return _judge(fn, _candidates())
+
+
+def _property_drawn(fn, seeds: tuple[int, ...]) -> str | None:
+    """With a grading's secret problems: the same test of the same attentions, the right ones
+    and the broken ones in an order drawn for this grading. The public order is the same
+    everywhere, so a test that counts its calls (accepting the first ``len(CORRECT)``, rejecting
+    every later one) passes it without testing anything; in an order no learner can know, such
+    a test rejects a right attention or lets bugs through. A test that looks at what it is
+    given is judged the same in any order."""
+    order = _candidates()
+    random.Random(seeds[0] if seeds else 0).shuffle(order)
+    return _judge(fn, order)
+
+
+def _candidates() -> list[tuple[str, object, bool]]:
+    """(name, attention, whether it is right): the right ones first, then the bugs."""
+    return [(name, c, True) for name, c in CORRECT.items()] + [
+        (name, bug, False) for name, (bug, _) in BUGS.items()
+    ]
+
+
+def _judge(fn, candidates: list[tuple[str, object, bool]]) -> str | None:
+    """What is wrong with the learner's test ``fn``, run on ``candidates`` in their order: it
+    refuses a right attention or its inputs, lets an attention's exception escape, or catches
+    fewer than :data:`MUST_CATCH` bugs. None if nothing is."""
+    missed = []
+    for name, candidate, right in candidates:
         try:
             caught = _run_test(fn, candidate)
-        except _Escaped as escaped:  # a right attention refused the inputs: the test's fault
+        except _Escaped as escaped:
             error = escaped.error
+            if right:  # a right attention refused the inputs: the test's fault
+                return (
+                    f"check_attention calls a correct attention ({name}) with inputs it "
+                    f"refuses: {type(error).__name__}: {str(error)[:200]}"
+                )
             return (
-                f"check_attention calls a correct attention ({name}) with inputs it refuses: "
-                f"{type(error).__name__}: {str(error)[:200]}"
+                f"check_attention lets the {type(error).__name__} that attention_fn raised "
+                f"escape ({str(error)[:200]}); when attention_fn raises, raise an AssertionError "
+                "naming the property being checked"
             )
-        if caught is not None:
+        if right and caught is not None:
             return (
                 f"check_attention rejects a correct attention ({name}): it said {caught!r}. "
                 "A property test must accept every right answer, however it is written"
             )
-    try:
-        missed = [name for name, (bug, _) in BUGS.items() if _run_test(fn, bug) is None]
-    except _Escaped as escaped:
-        error = escaped.error
-        return (
-            f"check_attention lets the {type(error).__name__} that attention_fn raised escape "
-            f"({str(error)[:200]}); when attention_fn raises, raise an AssertionError naming the "
-            "property being checked"
-        )
+        if not right and caught is None:
+            missed.append(name)
+    missed.sort(key=list(BUGS).index)  # named in one order, whatever order they ran in
     if len(BUGS) - len(missed) < MUST_CATCH:
         return (f"check_attention catches {len(BUGS) - len(missed)} of {len(BUGS)} broken "
                 f"attentions; it lets through: {', '.join(missed[:4])}"
@@ -698,6 +728,7 @@ check_attention = Exercise(
     reference=ref.check_attention,
     probes=lambda: [],
     extra=(_property_test,),
+    drawn=_property_drawn,
 )
 
 
