@@ -115,10 +115,17 @@ def per_submission(runs: list[dict], round_: int, sizes: list[int]) -> dict:
             "workers": (writer + rest) / writer if writer > 0 else None}  # fmt: skip
 
 
+def _busy(workers: float | None) -> str:
+    """Workers kept busy, or a dash where the writer's difference was none or below zero (the
+    host's noise larger than what the students added: classes too close in size)."""
+    return "–" if workers is None else f"{workers:.1f}"
+
+
 def report(result: dict, command: str) -> str:
     rounds = result["rounds"]
     median = {k: statistics.median(r[k] for r in rounds) for k in ("writer", "rest", "start")}
-    busy = statistics.median(r["workers"] for r in rounds if r["workers"] is not None)
+    known = [r["workers"] for r in rounds if r["workers"] is not None]
+    busy = statistics.median(known) if known else None
     lines = [
         "# The batch's own process: CPU a submission",
         "",
@@ -131,10 +138,10 @@ def report(result: dict, command: str) -> str:
         "|---|---|---|---|---|",
         *(
             f"| {r['round']} | {r['writer']:.3f} | {r['rest']:.3f} | "
-            f"{r['workers']:.1f} | {r['start']:.2f} |"
+            f"{_busy(r['workers'])} | {r['start']:.2f} |"
             for r in rounds
         ),  # fmt: skip
-        f"| median | {median['writer']:.3f} | {median['rest']:.3f} | {busy:.1f} | "
+        f"| median | {median['writer']:.3f} | {median['rest']:.3f} | {_busy(busy)} | "
         f"{median['start']:.2f} |",
         "",
         "| round | students | graded | the writer (CPU-s) | the machine (CPU-s) |",

@@ -9,6 +9,7 @@ import pytest
 
 from autograder import view
 from benchmarks import writer
+from benchmarks.machine import run_context
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,3 +51,17 @@ def test_a_batch_that_fails_stops_the_benchmark_with_its_words(tmp_path):
     with pytest.raises(SystemExit, match="attn-grade batch failed") as stopped:
         writer.grade(course, "02-softmax-masking", workers=1)
     assert "does not look like an nbgrader course" in str(stopped.value)
+
+
+def test_a_writer_that_spent_less_on_the_larger_class_is_written_as_noise():
+    """Classes close in size on a busy host: the larger one's batch may spend less of its own
+    CPU than the smaller one's. The page says so with a dash, not a number of workers."""
+    runs = [{"round": 1, "students": 1, "graded": 1, "writer": 1.78, "machine": 6.74},
+            {"round": 1, "students": 3, "graded": 3, "writer": 1.68, "machine": 8.41}]  # fmt: skip
+    rounds = [writer.per_submission(runs, 1, [1, 3])]
+    assert rounds[0]["writer"] < 0 and rounds[0]["workers"] is None
+    result = {"context": run_context(), "lesson": "02-softmax-masking", "workers": 1,
+              "sizes": [1, 3], "runs": runs, "rounds": rounds}  # fmt: skip
+    page = writer.report(result, "python -m benchmarks.writer")
+    assert "| 1 | -0.050 | 0.885 | – | 1.83 |" in page, page
+    assert "| median | -0.050 | 0.885 | – |" in page, page
