@@ -1,9 +1,9 @@
 """CSV files an instructor opens in a spreadsheet: no text cell is read as a formula.
 
-A student id is the name of a folder the student chose (``=HYPERLINK("http://…")`` is a valid
-one), and an error or a problem may quote the notebook; a spreadsheet that opens the CSV runs a
-cell that starts like a formula. Every such cell gets a leading ``'``, which spreadsheets show
-as text (OWASP, "CSV Injection").
+A student id is the name of a folder the student chose (``=cmd|calc!A0`` is one the grader
+accepts), and an error or a problem may quote the notebook; a spreadsheet that opens the CSV
+runs a cell that starts like a formula. Every such cell gets a leading ``'``, which
+spreadsheets show as text (OWASP, "CSV Injection").
 """
 
 from __future__ import annotations
