@@ -119,6 +119,8 @@ class Cgroup:
             return None
         if cpus:
             group._cap_cpu(own, name, cpus)
+        elif not group.v2:  # no quota, but the kernel still counts what every process used
+            group._count_cpu(own, name)
         return group
 
     def _cap_cpu(self, own: dict[str, str], name: str, cpus: float) -> None:
@@ -127,30 +129,32 @@ class Cgroup:
         if self.v2:
             self.cpu_capped = self._write("", "cpu.max", f"{quota} {CPU_PERIOD_US}", optional=True)
             return
-        if "cpu" not in own:
+        if self._join(own, "cpu", name):
+            self.cpu_capped = self._write(
+                "cpu", "cpu.cfs_period_us", CPU_PERIOD_US, optional=True
+            ) and self._write("cpu", "cpu.cfs_quota_us", quota, optional=True)
+        self._count_cpu(own, name)
+
+    def _count_cpu(self, own: dict[str, str], name: str) -> None:
+        """v1: the cpuacct controller, which counts the CPU the group used (see :meth:`used`):
+        ``cpuacct.usage`` in the cpu hierarchy's group where the two are mounted together, a
+        group of its own where cpuacct is mounted apart. (v2 counts in every group.)"""
+        if "cpu" in self.dirs and (self.dirs["cpu"] / "cpuacct.usage").exists():
             return
-        path = CGROUP_ROOT / "cpu" / own["cpu"].lstrip("/") / name
+        self._join(own, "cpuacct", name)
+
+    def _join(self, own: dict[str, str], controller: str, name: str) -> bool:
+        """Make the group's folder in a v1 ``controller``'s hierarchy, under the grader's own."""
+        if controller not in own:
+            return False
+        path = CGROUP_ROOT / controller / own[controller].lstrip("/") / name
         _sweep(path.parent)
         try:
             path.mkdir()
         except OSError:
-            return
-        self.dirs["cpu"] = path
-        self.cpu_capped = self._write(
-            "cpu", "cpu.cfs_period_us", CPU_PERIOD_US, optional=True
-        ) and self._write("cpu", "cpu.cfs_quota_us", quota, optional=True)
-        self._count_cpu(own, name)
-
-    def _count_cpu(self, own: dict[str, str], name: str) -> None:
-        """v1: the cpuacct controller, which counts the CPU the group used (see :meth:`used`),
-        where it is mounted apart from cpu (beside it, ``cpuacct.usage`` is there already)."""
-        if (self.dirs["cpu"] / "cpuacct.usage").exists() or "cpuacct" not in own:
-            return
-        path = CGROUP_ROOT / "cpuacct" / own["cpuacct"].lstrip("/") / name
-        _sweep(path.parent)
-        with contextlib.suppress(OSError):
-            path.mkdir()
-            self.dirs["cpuacct"] = path
+            return False
+        self.dirs[controller] = path
+        return True
 
     def _file(self, controller: str, name: str) -> Path:
         return self.dirs["" if self.v2 else controller] / name
@@ -309,9 +313,11 @@ def tree(root: int) -> list[int]:
 def tree_cpu(root: int) -> int | None:
     """Nanoseconds of CPU ``root`` and all its descendants have used, every thread, with what
     the children each has waited for used before it ended (``cutime``, ``cstime``): a sandbox's,
-    where no cgroup counts it. A process in the sandbox's PID namespace that ends is waited for
-    by its parent or by the namespace's init, both in the tree, so its time stays counted. None
-    if ``root`` is gone."""
+    where no cgroup counts it. A process of the sandbox that ends is waited for by its parent or,
+    orphaned, by the PID namespace's init (without a namespace, the sandbox's first process, a
+    subreaper), both in the tree, so its time stays counted; unless its parent ignores
+    ``SIGCHLD``: the kernel then frees it and adds its time to no one's. None if ``root`` is
+    gone."""
     tick = 10**9 // os.sysconf("SC_CLK_TCK")
     total, seen = 0, False
     for pid in tree(root):

@@ -422,16 +422,36 @@ print(json.dumps([times.children_user + times.children_system, time.monotonic() 
     assert cpu <= 0.5 * wall * 1.2 + 0.05, f"{cpu:.2f} CPU-s in {wall:.2f} s under half a core"
 
 
-def test_nothing_outlives_its_sandbox_and_signals_reach_no_one_else(template):
-    marker = "attn-daemon-" + str(os.getpid())
-    source = f"""
-import os, signal, subprocess, sys, time
+def daemon(marker: str) -> str:
+    """A cell that leaves a daemon behind: forked twice, in a session of its own, its command
+    line holding ``marker``."""
+    return f"""
+import os, sys, time
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", "{marker}"])
     os._exit(0)
 time.sleep(0.5)
+"""
+
+
+def running(marker: str, pids=None) -> list[str]:
+    """The processes (of ``pids``, or of the machine) whose command line holds ``marker``."""
+    found = []
+    for pid in filter(str.isdigit, map(str, os.listdir("/proc") if pids is None else pids)):
+        try:
+            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_nothing_outlives_its_sandbox_and_signals_reach_no_one_else(template):
+    marker = "attn-daemon-" + str(os.getpid())
+    kill_everyone = """
+import signal
 for pid in range(1, 50000):
     try:
         os.kill(pid, signal.SIGKILL) if pid > 2 else None
@@ -443,17 +463,26 @@ except OSError:
     pass
 print("done")
 """
-    run(template, source)
+    run(template, daemon(marker) + kill_everyone)
     time.sleep(0.5)
-    survivors = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                survivors.append(pid)
-        except OSError:
-            pass
-    assert survivors == []
+    assert running(marker) == []
     assert template.alive() and limits_mod.alive(os.getpid())
+
+
+def test_without_namespaces_a_daemon_still_ends_with_its_sandbox():
+    """No PID namespace (``--no-isolation``, or ``attn-grade check`` without bubblewrap): a
+    process that leaves its parent is adopted by the sandbox's first process, a subreaper, not
+    by the machine's init, so it stays in the tree that closing the sandbox kills."""
+    marker = "attn-daemon-plain-" + str(os.getpid())
+    with Template(LESSON, isolation="none") as plain:
+        runner = Runner(plain, Limits(timeout=20, budget=60))
+        try:
+            runner.run(0, daemon(marker))
+            assert running(marker, limits_mod.tree(runner.box.child)), "it left the sandbox's tree"
+        finally:
+            runner.close()
+        time.sleep(0.5)
+        assert running(marker) == [], "it outlived its sandbox"
 
 
 def test_an_interrupt_that_comes_too_late_is_dropped(template):
@@ -1204,3 +1233,109 @@ def test_an_exception_a_property_test_lets_escape_is_named_alike_in_the_kernel_a
     in_kernel, in_grader = kernel_and_grader(template, LETS_EXCEPTIONS_THROUGH, "check_attention")
     assert "lets the ValueError that attention_fn raised escape" in in_kernel.message
     assert (in_grader.passed, in_grader.message) == (in_kernel.passed, in_kernel.message)
+
+
+# What a sandbox's ended children used stays in its count, unless their parent ignored SIGCHLD.
+# Where no cgroup counts a sandbox's CPU (a normal user), the grader adds it up from /proc
+# (autograder.limits.tree_cpu): a process's own, and what its ended children used, added to the
+# parent that waits for them. A process that ignores SIGCHLD has its ended children freed with
+# their time added to no one's, so a notebook can spin in such children, look kept from its
+# processor by its neighbours when it runs out of time, and be graded again alone. That hole is
+# known and documented ("What does not hold" in docs/grading.md): the attack is expected to fail
+# until it is closed, beside the same cell with SIGCHLD left as it was, whose children are counted.
+#
+# The attack: SIGCHLD ignored (for the control, left as it was), four children that each start a
+# spinner of 200 ms and replace it before it ends (so four spin all the time, and each is freed
+# as it ends), while the cell's own process spins too, and so waits for a processor its own
+# children hold. Each spinner writes the CPU it used to a pipe before it ends, for the cell to
+# print their sum.
+HIDES = """
+import os, signal, struct, time
+if {ignore}:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # ended children freed, their CPU with them
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+def reap():
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:  # where the kernel does not free them
+            pass
+    except ChildProcessError:
+        pass
+used, told = os.pipe()
+stop = time.monotonic() + 2
+for _ in range(4):
+    if os.fork() == 0:
+        os.close(used)
+        while time.monotonic() < stop:
+            if os.fork() == 0:
+                spin(0.2)
+                os.write(told, struct.pack("d", time.process_time()))
+                os._exit(0)
+            time.sleep(0.15)
+            reap()
+        time.sleep(0.25)
+        reap()
+        os._exit(0)
+os.close(told)
+spin(2)
+said = b""
+while chunk := os.read(used, 4096):  # until every spinner and its parent has ended
+    said += chunk
+print(sum(struct.unpack(f"{len(said) // 8}d", said)))
+"""
+
+
+GAP = pytest.mark.xfail(strict=True, reason="known hole: children freed by the kernel uncounted")
+IGNORE = [pytest.param(True, marks=GAP, id="ignored"), pytest.param(False, id="default")]
+
+
+@pytest.mark.parametrize("ignore", IGNORE)
+def test_what_a_notebooks_children_used_is_in_its_sandboxs_count(template, ignore):
+    """What the sandbox used, counted from /proc as the grader weighs it where no cgroup counts
+    it (:meth:`Runner._starved`, when a cell runs out of time), holds what the cell's children
+    used. Where it is lost, a cell whose own process waits for the processors its children hold
+    looks kept from them by others, and is graded again alone."""
+    counted, own, children = _spin_in_children(template, ignore, "proc")
+    assert counted >= own + 0.9 * children, [x / 1e9 for x in (counted, own, children)]
+
+
+def test_a_cgroup_counts_them_without_a_cpu_quota_too(template):
+    """As root, a sandbox graded with no CPU quota (``--cpus 0``) still gets a cgroup that
+    counts its CPU (cgroup v1's cpuacct; v2 counts in every group), so children freed by the
+    kernel are counted there: the hole above is only a normal user's."""
+    counted, own, children = _spin_in_children(template, True, "cgroup")
+    assert counted >= own + 0.9 * children, [x / 1e9 for x in (counted, own, children)]
+
+
+def _spin_in_children(template, ignore: bool, by: str) -> tuple[int, int, int]:
+    """Run :data:`HIDES` in a fresh sandbox with no CPU quota; nanoseconds of CPU counted for
+    the sandbox over the cell (``by`` its ``"cgroup"``, or from ``"proc"`` over its tree), its
+    cell's process's own, and its children's as they measured it."""
+    runner = Runner(template, Limits(timeout=20, budget=60, cpus=0))
+    try:
+        runner.run(0, "x = 1")
+        box = runner.box
+        if by == "cgroup":
+            if box.cgroup is None:
+                pytest.skip("no cgroup for a sandbox here (not root)")
+            assert box.cgroup.used() is not None, "its cgroup counts no CPU"
+        count = box.cgroup.used if by == "cgroup" else lambda: limits_mod.tree_cpu(box.child)
+        before, own_before = count(), _own_cpu(box.executor)
+        outputs = runner.run(1, HIDES.replace("{ignore}", str(ignore))).outputs
+        text = "".join(o.get("text", "") for o in outputs if o["output_type"] == "stream")
+        assert text and not [o for o in outputs if o["output_type"] == "error"], outputs
+        children = round(float(text.split()[-1]) * 1e9)  # as the spinners measured it
+        counted, own = count() - before, _own_cpu(box.executor) - own_before
+        assert children > 0.1e9, "the spinners got too little CPU to show anything"
+        return counted, own, children
+    finally:
+        runner.close()
+
+
+def _own_cpu(pid: int) -> int:
+    """Nanoseconds of CPU ``pid`` itself used (no children), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")

@@ -39,6 +39,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -165,7 +166,8 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
 
 
 def reap_until(pid: int) -> int:
-    """As pid 1: reap every orphan until ``pid`` exits; return its exit status."""
+    """As pid 1 (or a subreaper): reap every orphan until ``pid`` exits; return its exit
+    status. What each used is added to this process's count of its ended children."""
     while True:
         try:
             done, status = os.wait()

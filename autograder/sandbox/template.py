@@ -208,9 +208,11 @@ def child(sock: socket.socket, isolate: bool, shell, sink: Sink, uid: int | None
     limits = go.get("limits") or {}
     if isolate:
         confine.enter_namespaces()
+    else:  # no PID namespace: an orphan comes here, so it stays in the tree that is killed
+        confine.prctl(confine.PR_SET_CHILD_SUBREAPER, 1)
     first = os.fork()  # the init when isolated, else the executor itself
     if first:
-        os._exit(_wait(first))
+        os._exit(confine.reap_until(first))
     confine.die_with_parent()
     if isolate:
         keep = tuple(str(p) for p in go.get("keep", []) if isinstance(p, str))
@@ -237,17 +239,6 @@ def child(sock: socket.socket, isolate: bool, shell, sink: Sink, uid: int | None
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sock.sendmsg([protocol.HELLO])
     Executor(shell, sink).serve(sock)
-
-
-def _wait(pid: int) -> int:
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            return os.waitstatus_to_exitcode(status)
-        except ChildProcessError:
-            return 1
-        except InterruptedError:
-            continue
 
 
 if __name__ == "__main__":
