@@ -269,12 +269,7 @@ class Runner:
             except _Late:
                 self.out_of_time = True
                 self._see_scheduling()
-                kept = None
-                # over the request from its first tick; over the sandbox's life for one that was
-                # out of time before it (the budget spent): a wait it chose is not the host's
-                began, clock = self._clock or self._born or (None, None)
-                if clock is not None and time.monotonic() - began >= TICK:
-                    kept = self._starved(clock, box.clock(), time.monotonic() - began)
+                kept = self._weigh(box)
                 self.starved |= bool(kept) and not self.given_away
                 self.untold |= kept is None
                 self.weighed |= kept is not None
@@ -351,6 +346,18 @@ class Runner:
         blobs: list[bytes] = []
         protocol.send(self.box.sock, {"cb": n, "ok": True,
                                       "result": protocol.encode(result, blobs)}, blobs)  # fmt: skip
+
+    def _weigh(self, box: Sandbox) -> bool | None:
+        """Was the request that just ran out of time kept from a processor (:meth:`_starved`)?
+        Weighed over the request from its first tick; where that is too short to say (under a
+        tick: the budget ran out as the request began), over the sandbox's life. None if
+        neither can say."""
+        now = time.monotonic()
+        for reading in (self._clock, self._born):
+            if reading is not None and now - reading[0] >= TICK:
+                began, clock = reading
+                return self._starved(clock, box.clock(), now - began)
+        return None
 
     def _starved(self, before: tuple, after: tuple, seconds: float) -> bool | None:
         """Did the sandbox wait for processors others held, over ``seconds`` between the two

@@ -622,6 +622,32 @@ def test_a_sandbox_is_starved_when_it_waited_and_did_not_get_its_share(cpus, wai
     assert runner._starved((waited[0], used[0]), (waited[1], used[1]), 3.0) is starved
 
 
+class Readings:
+    """What a sandbox's :meth:`~autograder.template.Sandbox.clock` reads now: (waited, used)."""
+
+    def __init__(self, waited: float, used: float):
+        self.now = (waited, used)
+
+    def clock(self) -> tuple:
+        return self.now
+
+
+def test_a_request_out_of_time_as_it_began_is_weighed_over_the_sandboxs_life():
+    """The budget can run out a moment after a request began, its first reading under a tick
+    old: too short to weigh. It is weighed over the sandbox's life instead, not called unknown
+    (with no quota, unknown grades the notebook again, whatever it did)."""
+    runner = Runner(None, Limits(cpus=0))
+    now = time.monotonic()
+    runner._clock = (now - 0.01, (2.69 * S, 0.29 * S))  # the request's first tick, 10 ms ago
+    runner._born = (now - 3.0, (0, 0))  # the sandbox, 3 s ago
+    assert runner._weigh(Readings(2.7 * S, 0.3 * S)) is True  # waited, got little: starved
+    assert runner._weigh(Readings(0.1 * S, 5.9 * S)) is False  # its spinners used the processors
+    runner._born = (now - 0.02, (0, 0))
+    assert runner._weigh(Readings(2.7 * S, 0.3 * S)) is None  # a sandbox under a tick old
+    runner._clock, runner._born = (now - 1.0, (0, 0)), (now - 3.0, (0, 0))
+    assert runner._weigh(Readings(0.9 * S, 0.1 * S)) is True  # a long request: over itself
+
+
 def test_processors_the_host_takes_from_the_grader_are_no_pin_of_the_notebooks(template):
     """A host that makes the grader's cpuset smaller mid-cell (Kubernetes' CPU manager, a
     processor taken offline) narrows the grader's affinity and its sandboxes' alike: the notebook
