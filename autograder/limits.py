@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -358,6 +360,25 @@ def _proportional(pid: int) -> int:
                 if line.startswith("Pss:"):
                     return int(line.split()[1]) * 1024
     return 0
+
+
+@contextlib.contextmanager
+def headroom(extra: int) -> Iterator[None]:
+    """While it lasts, this process may map at most ``extra`` bytes more than it maps now: its
+    address-space limit (``RLIMIT_AS``) is lowered, then put back. A trusted function run on a
+    learner's arguments then fails with ``MemoryError`` where it would take the machine's
+    memory. The limit is the process's: another thread of it is held to the same room."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        cap = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + extra
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield  # already held closer than that
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def run_delay(pid: int) -> int | None:

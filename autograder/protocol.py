@@ -37,8 +37,10 @@ learner code calls a stand-in, the sandbox sends ``{"op": "callback", "cb": n, "
 "args": ..., "kwargs": ...}`` (``n`` = 0, 1, 2, … within the call) and waits for
 ``{"cb": n, "ok": true, "result": ...}`` or ``{"cb": n, "ok": false, "ename": ..., "evalue": ...}``.
 Only while such a call is outstanding, and only for its keys, may the sandbox send a callback
-before its reply; every callback's arrays are bounded (:data:`CALLBACK_ELEMENTS`), their number
-too (:data:`CALLBACKS`), and they all count against the call's deadline.
+before its reply; every callback's arrays are bounded (:data:`CALLBACK_ELEMENTS`), as are those
+of its result (:func:`largest_in`) and its number (:data:`CALLBACKS`), and they all count against
+the call's deadline. (What the trusted function may take of the grader's memory to make its
+result is bounded by the runner: ``runner.CALLBACK_MEMORY``.)
 Before any of this, the sandbox's processes say :data:`HELLO` (raw bytes, not a frame), which the
 kernel sends with ``SCM_CREDENTIALS``, so the trusted side learns their process ids
 (:mod:`autograder.template`); :data:`FAILED` and a reason instead mean the set-up failed.
@@ -91,7 +93,7 @@ class Bounds:
 
 BOUNDS = Bounds()
 CALLBACKS = 20_000  # callbacks within one call
-CALLBACK_ELEMENTS = 2**18  # numbers in any one array a callback sends
+CALLBACK_ELEMENTS = 2**18  # numbers in any one array a callback sends or gets back
 HELLO = b"hello"  # the sandbox's first bytes, sent with SCM_CREDENTIALS
 FAILED = b"fail:"  # sent instead when setting the sandbox up failed; the reason follows
 FORK = b"F"  # a fork request; a user id may follow (FORK_AS)
@@ -446,6 +448,22 @@ def largest_array(tree: object) -> int:
         elif isinstance(node, list):
             todo.extend(node)
     return most
+
+
+def largest_in(value: object, depth: int = 0) -> int:
+    """The most numbers any one array or tensor in ``value`` holds, before it is encoded (in
+    tuples, lists and the values of dicts, as :func:`encode` nests them; 0 for none)."""
+    if depth > BOUNDS.depth:
+        return 0
+    if isinstance(value, tuple | list):
+        return max((largest_in(v, depth + 1) for v in value[: BOUNDS.items]), default=0)
+    if isinstance(value, dict):
+        items = list(value.values())[: BOUNDS.entries]
+        return max((largest_in(v, depth + 1) for v in items), default=0)
+    if isinstance(value, np.ndarray):
+        return value.size
+    torch = sys.modules.get("torch")
+    return value.numel() if torch is not None and isinstance(value, torch.Tensor) else 0
 
 
 def _items(tree: dict, limit: int) -> list:

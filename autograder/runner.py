@@ -44,6 +44,9 @@ TICK = 0.05  # seconds between memory checks while waiting
 # Runner._see_scheduling). What the sandbox used is its cgroup's count, or its processes' from
 # /proc where no cgroup counts it (a normal user): the same rule with a quota or without.
 STARVED = 0.25
+# Memory a trusted function called back may add to the grader's process (its address space),
+# on the learner's arguments: bounded ones can ask for a product of their sizes.
+CALLBACK_MEMORY = 2**30
 Callbacks = dict[str, Callable[..., object]]
 
 
@@ -333,9 +336,16 @@ class Runner:
         if not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
             raise protocol.ProtocolError("a malformed callback")
         try:
-            result = fn(*args, **{str(k): v for k, v in kwargs.items()})
+            with limits_mod.headroom(CALLBACK_MEMORY):
+                result = fn(*args, **{str(k): v for k, v in kwargs.items()})
+        except MemoryError:
+            return self._send_back(n, error=("MemoryError", (
+                f"the grader's function needed more than {CALLBACK_MEMORY / 2**30:g} GiB of "
+                "memory for these arguments")))  # fmt: skip
         except Exception as error:  # noqa: BLE001 — the trusted function refused the input
             return self._send_back(n, error=(type(error).__name__, str(error)[:2000]))
+        if protocol.largest_in(result) > protocol.CALLBACK_ELEMENTS:
+            return self._send_back(n, error=("ValueError", "a result too large for the grader"))
         return self._send_back(n, result=result)
 
     def _send_back(self, n: int, result: object = None, error: tuple | None = None) -> None:

@@ -1050,6 +1050,48 @@ def test_callbacks_are_bounded_and_only_while_asked(template, cells, expected):
     assert len(calls) <= 20_000
 
 
+# Arrays within the bound on what a callback sends (2**18 numbers each) whose product the
+# trusted function makes: lesson 01's dot_scores, a stand-in for the learner's own, of two
+# (16384, 16) arrays is a (16384, 16384) array, 2 GiB, made in the grader's process; of two
+# (11000, 23), 0.9 GiB, just under the bound, which the result's encoding then passes.
+ASKS_FOR_GIGABYTES = """
+import numpy as np
+def f(dot_scores):
+    q = np.ones(({n}, {d}))
+    try:
+        return dot_scores(q, q).shape
+    except Exception as error:
+        return f"{{type(error).__name__}}: {{error}}"
+"""
+
+
+@pytest.mark.parametrize("n, d", [(16384, 16), (11000, 23)], ids=["2-GiB", "0.9-GiB"])
+def test_a_callback_cannot_take_the_graders_memory(template, n, d):
+    """A trusted function called back works in the grader's own process, on the learner's
+    arguments: what it may map there is bounded (``runner.CALLBACK_MEMORY``), so a product of
+    arrays it would make from bounded ones fails with ``MemoryError`` as the learner's own
+    error; and a result over the bound on arrays is not sent."""
+    from attnlib import checks
+    from autograder.runner import CALLBACK_MEMORY
+
+    runner, proxy = _proxy(template, [ASKS_FOR_GIGABYTES.format(n=n, d=d)], "f")
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # the peak resident set of this process, the grader's, starts here
+        got = proxy(checks.EXERCISES["dot_scores"].reference)
+        peak = _status_kib("VmHWM") * 1024 - _status_kib("VmRSS") * 1024
+    finally:
+        runner.close()
+    assert isinstance(got, str), got
+    assert got.startswith("MemoryError") and "GiB" in got or "a result too large" in got, got
+    assert peak < 1.1 * CALLBACK_MEMORY, f"the grader's memory rose {peak / 2**30:.2f} GiB"
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
 DISPLAYS = [  # cells; what a Jupyter kernel shows under each (the same in the sandbox)
     "from IPython.display import clear_output, display, update_display\n"
     "h = display('first', display_id=True)\n"
