@@ -115,6 +115,18 @@ def test_json_and_csv_reports_agree_with_the_gradebook(courses, lesson):
     assert float(rows["honest"]["score"]) == results["honest"]["score"]
 
 
+def test_a_student_who_asks_the_grader_for_gigabytes_is_graded_as_the_same_mistake_is(courses):
+    """Its scaled_dot_scores calls dot_scores (wrong, so the course's stands in, run by the
+    grader) on two arrays inside the bound on what a callback sends, whose product is 2 GiB.
+    The grader's process may not take that for a function called back: a MemoryError, which
+    the student's code catches. So it is graded as no-transpose is, cell by cell, both ways."""
+    for course in courses[:2]:
+        found = grades(course, "01-scoring")
+        asked = {name: s for (who, name), s in found.items() if who == "asks-for-gigabytes"}
+        same = {name: s for (who, name), s in found.items() if who == "no-transpose"}
+        assert asked == same, course
+
+
 def test_feedback_names_the_mistake_and_the_section(courses):
     ours, _, _ = courses
     lesson = "02-softmax-masking"

@@ -14,6 +14,14 @@ import nbformat
 import pytest
 from course import REPO
 
+GIGABYTES = """    big = np.ones((16384, 16))
+    try:
+        dot_scores(big, big)  # (16384, 16384): 2 GiB, made by whoever runs dot_scores
+    except Exception:
+        pass
+    d_k = np.shape(Q)[-1]
+"""
+
 # student -> {grade_id of a solution cell: [(old, new), ...]}; "release" means the blank notebook
 STUDENTS = {
     "02-softmax-masking": {
@@ -40,6 +48,13 @@ STUDENTS = {
         "no-eps": {"cosine_scores": [("np.maximum(np.linalg.norm(Q, axis=-1, keepdims=True), eps)",
                                       "np.linalg.norm(Q, axis=-1, keepdims=True)")]},
         "wrong-answer": {"answer_q3": [('q3 = "d"', 'q3 = "a"')]},
+        # no-transpose's mistake, and a scaled_dot_scores that first asks dot_scores (the
+        # course's, standing in for the wrong one, called back) for 2 GiB from two arrays
+        # inside the bound on what a callback sends: graded as no-transpose is
+        "asks-for-gigabytes": {
+            "dot_scores": [("Q @ np.swapaxes(K, -1, -2)", "Q @ K")],
+            "scaled_dot_scores": [("    d_k = np.shape(Q)[-1]\n", GIGABYTES)],
+        },
     },
 }  # fmt: skip
 
