@@ -19,11 +19,13 @@ cell shows is cleaned and capped here (:mod:`autograder.outputs`), however much 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import select
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from attnlib.checks._core import Abort
@@ -315,15 +317,16 @@ class Runner:
                 callback = protocol.callback_of(header)
                 if callback is None:
                     return protocol.expect_reply(header, seq), got
-                self._call_back(*callback, header, got)
+                self._call_back(*callback, header, got, deadline)
                 continue
             if self._clock is None:  # a request that takes a while: where its CPU goes, from now
                 self._clock = (time.monotonic(), self.box.clock())
             self._watch()
             self._see_scheduling()
 
-    def _call_back(self, n: int, key: str, header: dict, got: list[bytes]) -> None:
-        """Answer one callback of the outstanding request (see :meth:`request`)."""
+    def _call_back(self, n: int, key: str, header: dict, got: list[bytes], deadline: float) -> None:
+        """Answer one callback of the outstanding request (see :meth:`request`), unless the
+        trusted function runs past the request's ``deadline`` (then the request is late)."""
         fn = self._callbacks.get(key)
         if fn is None or n != self._called or self._called >= protocol.CALLBACKS:
             raise protocol.ProtocolError(f"an unexpected callback ({key[:40]!r}, #{n})")
@@ -336,8 +339,10 @@ class Runner:
         if not isinstance(args, tuple | list) or not isinstance(kwargs, dict):
             raise protocol.ProtocolError("a malformed callback")
         try:
-            with limits_mod.headroom(CALLBACK_MEMORY):
+            with limits_mod.headroom(CALLBACK_MEMORY), _until(deadline):
                 result = fn(*args, **{str(k): v for k, v in kwargs.items()})
+        except _PastDeadline:
+            return None  # no answer: the request is late (the caller's next look at the time)
         except MemoryError:
             return self._send_back(n, error=("MemoryError", (
                 f"the grader's function needed more than {CALLBACK_MEMORY / 2**30:g} GiB of "
@@ -430,6 +435,30 @@ class Runner:
 
     def close(self) -> None:
         self._kill()
+
+
+class _PastDeadline(BaseException):
+    """A trusted function called back ran past its request's deadline (a BaseException, so
+    no ``except Exception`` of the function's own keeps it running)."""
+
+
+@contextlib.contextmanager
+def _until(deadline: float) -> Iterator[None]:
+    """Stop this thread's Python code at ``deadline`` (``time.monotonic()``), raising
+    :class:`_PastDeadline`: looked at on every call and return of a function, Python's or C's
+    (``sys.setprofile``), so a Python loop stops within moments of it; one long call into C
+    (a product of arrays) only as it returns, and memory bounds those (``CALLBACK_MEMORY``)."""
+    previous = sys.getprofile()
+
+    def watch(frame, event, arg) -> None:
+        if time.monotonic() > deadline:
+            raise _PastDeadline()
+
+    sys.setprofile(watch)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
 
 
 class _Interrupted(Exception):

@@ -1092,6 +1092,31 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
+def test_a_callback_ends_with_its_calls_deadline(template):
+    """Inside the bounds on arrays and memory, a trusted function can still loop long: lesson
+    06's ``explicit_loops`` attention, one of the right ones a learner's ``check_attention``
+    is handed, takes about 1.5 µs a query-key pair, so two (4096, 16) arrays are some 25 s of
+    the grader's CPU. A function called back stops at the call's deadline (a Python loop
+    within milliseconds of it), and the call is late: its sandbox is stopped, as for a cell out
+    of time."""
+    from attnlib.checks.candidates import explicit_loops
+    from autograder.runner import Fault
+
+    source = "import numpy as np\ndef f(fn):\n    q = np.ones((4096, 16))\n    return fn(q, q, q)"
+    runner = Runner(template, Limits(timeout=3, budget=60))
+    try:
+        runner.run(0, source)
+        from autograder.scoring import Proxy
+
+        start = time.monotonic()
+        with pytest.raises(Fault, match="TimeoutError"):
+            Proxy(runner, "f")(explicit_loops)
+        took = time.monotonic() - start
+    finally:
+        runner.close()
+    assert took < 3 + 1, f"the call took {took:.1f} s against its deadline of 3 s"
+
+
 DISPLAYS = [  # cells; what a Jupyter kernel shows under each (the same in the sandbox)
     "from IPython.display import clear_output, display, update_display\n"
     "h = display('first', display_id=True)\n"
