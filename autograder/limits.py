@@ -24,6 +24,7 @@ import os
 import re
 import resource
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -367,18 +368,34 @@ def headroom(extra: int) -> Iterator[None]:
     """While it lasts, this process may map at most ``extra`` bytes more than it maps now: its
     address-space limit (``RLIMIT_AS``) is lowered, then put back. A trusted function run on a
     learner's arguments then fails with ``MemoryError`` where it would take the machine's
-    memory. The limit is the process's: another thread of it is held to the same room."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as f:
-        cap = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + extra
-    if soft != resource.RLIM_INFINITY and soft <= cap:
-        yield  # already held closer than that
-        return
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    memory. The limit is the process's: other threads are held to the same room, and threads
+    inside at once share the first one's (a Dask worker may grade in several)."""
+    with _room_lock:
+        if _room["inside"] == 0:
+            _room["saved"] = soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            cap = _mapped() + extra
+            if extra < cap and (soft == resource.RLIM_INFINITY or soft > cap):  # else held
+                resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+        _room["inside"] += 1
     try:
         yield
     finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        with _room_lock:
+            _room["inside"] -= 1
+            if _room["inside"] == 0:
+                resource.setrlimit(resource.RLIMIT_AS, _room["saved"])
+
+
+def _mapped() -> int:
+    """Bytes this process maps now (0 where /proc cannot say)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    return 0
+
+
+_room_lock = threading.Lock()
+_room = {"inside": 0, "saved": None}  # threads inside headroom(); the limit they found
 
 
 def run_delay(pid: int) -> int | None:

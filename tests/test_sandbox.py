@@ -1087,6 +1087,39 @@ def test_a_callback_cannot_take_the_graders_memory(template, n, d):
     assert peak < 1.1 * CALLBACK_MEMORY, f"the grader's memory rose {peak / 2**30:.2f} GiB"
 
 
+def test_room_two_threads_take_at_once_is_given_back_whole():
+    """Threads of one grader (a Dask worker's) in callbacks at once share the first one's room,
+    and the address-space limit is put back as it was found when the last one leaves, in
+    whichever order they leave: not to the room one of them found."""
+    import resource
+    import threading
+
+    found = resource.getrlimit(resource.RLIMIT_AS)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    held = []
+
+    def first():
+        with limits_mod.headroom(2**30):
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def second():
+        a_in.wait(10)
+        with limits_mod.headroom(2**30):
+            b_in.set()
+            a_out.wait(10)
+            held.append(resource.getrlimit(resource.RLIMIT_AS)[0])
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert held and held[0] != found[0], "the second was let out of its room when the first left"
+    assert resource.getrlimit(resource.RLIMIT_AS) == found
+
+
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
