@@ -378,15 +378,23 @@ class Runner:
         """Did the sandbox wait for processors others held, over ``seconds`` between the two
         :meth:`Sandbox.clock` readings (see :data:`STARVED`)? None if the kernel did not say
         how long its process waited."""
+        shares = self._shares(before, after, seconds)
+        if shares is None:
+            return None
+        waited, used = shares
+        return waited >= STARVED and (used is None or used < 1 - STARVED)
+
+    def _shares(self, before: tuple, after: tuple, seconds: float) -> tuple | None:
+        """(waited, used) over ``seconds`` between two :meth:`Sandbox.clock` readings: the share
+        of them the process running the cells waited for a processor, and the share of its
+        quota (one processor with none: all one process can use) the whole sandbox used (None
+        where nothing counted it). None where the kernel did not say how long it waited."""
         (waited, used), (waited_now, used_now) = before, after
         if waited is None or waited_now is None:
             return None
-        if waited_now - waited < STARVED * seconds * 1e9:
-            return False
-        if used is None or used_now is None:
-            return True
-        share = self.limits.cpus or 1.0  # with no quota: one processor, all one process can use
-        return used_now - used < (1 - STARVED) * share * seconds * 1e9
+        quota = (self.limits.cpus or 1.0) * seconds * 1e9
+        used_share = None if used is None or used_now is None else (used_now - used) / quota
+        return (waited_now - waited) / (seconds * 1e9), used_share
 
     def _see_scheduling(self) -> None:
         """Has the process running the cells pinned itself to fewer processors, or lowered its

@@ -80,19 +80,14 @@ def spinners(cpus: set[int], each: int) -> Iterator[None]:
 
 
 class ReadRunner(Runner):
-    """A :class:`Runner` that keeps what :meth:`Runner._starved` was given to decide on."""
+    """A :class:`Runner` that keeps what :meth:`Runner._starved` decided on."""
 
     read: tuple[float, float | None] | None = None  # (waited share, used share of the quota)
 
-    def _starved(self, before: tuple, after: tuple, seconds: float) -> bool:
-        (waited, used), (waited_now, used_now) = before, after
-        if waited is not None and waited_now is not None:
-            used_share = None
-            if used is not None and used_now is not None:
-                share = self.limits.cpus or 1.0  # as Runner._starved weighs it
-                used_share = (used_now - used) / (share * seconds * 1e9)
-            self.read = ((waited_now - waited) / (seconds * 1e9), used_share)
-        return super()._starved(before, after, seconds)
+    def _shares(self, before: tuple, after: tuple, seconds: float) -> tuple | None:
+        shares = super()._shares(before, after, seconds)
+        self.read = shares or self.read
+        return shares
 
 
 def measure(template: Template, source: str, timeout: float) -> dict:
