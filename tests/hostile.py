@@ -60,6 +60,31 @@ def _frame(header):
     return _struct.pack(">I", len(raw)) + raw
 """
 
+# masked_softmax, right, with a wrong softmax: its test cell runs with the course's softmax in
+# place of the learner's, called back; that stand-in's closure holds the sandbox's end of the
+# grader's socket and the callback's key. Called from a cell (its test cell, or attention's
+# function), it forges a callback of that key. Before the decoder's errors were protocol
+# violations, the student got an error and no grade.
+FORGES_A_CALLBACK = """
+import sys, time
+def masked_softmax(scores, mask=None):
+    found = [c.cell_contents for c in softmax.__closure__ or ()]
+    remote = next((c for c in found if hasattr(c, "sock")), None)
+    if remote is not None and sys._getframe(1).f_code.co_filename.startswith("<"):
+        from autograder import protocol  # the course's softmax stands in, in its test cell
+        key = next(c for c in found if isinstance(c, str))
+        protocol.send(remote.sock, {"op": "callback", "cb": remote.count, "key": key,
+                                    "args": {"t": "tuple", "items": [{"t": "float", "v": 10**400}]},
+                                    "kwargs": {"t": "dict", "items": []}}, [b""])
+        time.sleep(5)
+    scores = np.asarray(scores)
+    if mask is None:
+        return softmax(scores, axis=-1)
+    blocked = np.where(np.asarray(mask, dtype=bool), scores, -np.inf)
+    e = np.exp(blocked - blocked.max(-1, keepdims=True))
+    return np.nan_to_num(e / e.sum(-1, keepdims=True))
+"""
+
 
 @dataclass
 class Attack:
@@ -454,21 +479,29 @@ for path in glob.glob({str(repo)!r} + "/attnlib/quiz/*.py") + glob.glob("/opt/**
             2, "searches its memory and files for another student's notebook",
             # The search runs in a thread that the next cells wait for, as the cluster's below:
             # reading the kernel's 400 MiB takes half a second of CPU, more on a busy host.
+            # Memory is read into a mapping of its own, skipped, so no copy of what it read is
+            # left where it reads next: the needle's own two copies (str, bytes) are all else.
             extra=[f"""
-import glob, threading
+import ctypes, glob, mmap, threading
 found = []
 def search():
     needle = ("{MARKER[:7]}" + "{MARKER[7:]}").encode()
+    buf = mmap.mmap(-1, 2**28)
+    at = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     count = 0
-    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as mem:
-        for line in maps:
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", buffering=0) as mem:
+        for line in maps.read().splitlines():
             lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            if "r" in line.split()[1] and hi - lo < 2**28:
+            if "r" in line.split()[1] and hi - lo < 2**28 and not lo <= at < hi:
                 try:
                     mem.seek(lo)
-                    count += mem.read(hi - lo).count(needle)
+                    n = mem.readinto(memoryview(buf)[: hi - lo])
                 except (OSError, ValueError):
-                    pass
+                    continue
+                i = buf.find(needle, 0, n)
+                while i >= 0:
+                    count += 1
+                    i = buf.find(needle, i + 1, n)
     if count > 2:
         found.append(f"{{count}} copies in memory")
     found.extend(glob.glob({str(course / "submitted")!r} + "/*/*/*.ipynb"))
@@ -634,6 +667,15 @@ print("\\r")
                    "raw = b'{\"seq\": 0, \"_buffers\": [5368709120]}'\n"
                    "_grader_socket().sendall(struct.pack('>I', len(raw)) + raw)"],
             lost={}),
+        "forges-a-callback": Attack(
+            3, "a wrong softmax, so the course's stands in for it, called back, in the test "
+            "cell of masked_softmax; masked_softmax digs that stand-in's socket out and sends a "
+            "callback in turn holding a number no float holds (10**400), for the grader's "
+            "decoder to raise on",
+            cells={"softmax": WRONG["softmax"], "masked_softmax": FORGES_A_CALLBACK},
+            # masked_softmax is right, but its test cell breaks the protocol; attention is
+            # right, but its check calls masked_softmax from attention's function, which forges
+            lost={"test_softmax": 2, "test_masked_softmax": 2, "test_attention": 3}),
         "answers-with-colliding-keys": Attack(
             3, "a mastery answer whose integer keys all share one hash",
             cells={"answer_q2": "q2 = {k * (2**61 - 1) for k in range(1, 200_000)}\n"},
