@@ -460,6 +460,30 @@ def alive(pid: int) -> bool:
         return False
 
 
+def kill_tree(root: int, within: float = 5.0) -> list[int]:
+    """Kill ``root`` and every descendant, leaving none to be adopted outside the tree; return
+    the pids killed. ``root`` is stopped first, so it neither ends nor reaps while the others
+    are killed, and what they leave orphaned comes to it (a PID namespace's init, or a
+    subreaper, is below or at ``root``) for the next walk of the tree to find; ``root`` is
+    killed once the rest are dead (zombies it holds, freed with it), or after ``within``
+    seconds."""
+    with contextlib.suppress(OSError):
+        os.kill(root, signal.SIGSTOP)
+    killed, end = {root}, time.monotonic() + within
+    while time.monotonic() < end:
+        living = [pid for pid in tree(root) if pid != root and alive(pid)]
+        if not living:
+            break
+        for pid in living:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+        time.sleep(0.001)
+    with contextlib.suppress(OSError):
+        os.kill(root, signal.SIGKILL)
+    return sorted(killed)
+
+
 def can_cap_cpu() -> bool:
     """Can this process give a sandbox a cgroup with a CPU quota (as root, usually)?"""
     group = Cgroup.create(f"attn-grade-probe-{os.getpid()}", 64 * 2**20, 8, cpus=1.0)

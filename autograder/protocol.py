@@ -24,7 +24,6 @@ describe    ``name``                                 ``defined``, ``callable``, 
 call        ``name``, ``args``, ``kwargs`` (values)  ``result``, ``args``, ``kwargs`` (values, after
                                                      the call: in-place changes show)
 value       ``name``                                 ``defined``, ``value``
-bye         —                                        (no reply: the sandbox exits)
 ==========  =======================================  ==============================================
 
 A failed request replies ``{"ok": false, "ename": ..., "evalue": ...}`` (the learner's exception).

@@ -83,15 +83,12 @@ class Sandbox:
         return (None if delay is None else delay - throttled), used
 
     def close(self) -> None:
-        """Kill every process of the sandbox and wait until they are gone."""
-        with contextlib.suppress(OSError):
-            protocol.send(self.sock, {"op": "bye"})
+        """Kill every process of the sandbox and wait until they are gone. Killed before the
+        socket closes: the executor ends when it does, and with it the sandbox's first process,
+        whose orphans (without a PID namespace) would then leave the tree unkilled."""
+        pids = limits_mod.kill_tree(self.child)
         with contextlib.suppress(OSError):
             self.sock.close()
-        pids = limits_mod.tree(self.child)
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
         if self.cgroup is not None:
             self.cgroup.remove()
         end = time.monotonic() + 5

@@ -215,7 +215,7 @@ class Executor:
         }
 
     def serve(self, sock) -> None:
-        """One reply per request, until ``bye`` or the trusted side goes away.
+        """One reply per request, until the trusted side goes away.
 
         The trusted side interrupts (SIGINT) a request that is over time. Only a request may be
         interrupted: between requests — reading one, sending a reply — SIGINT is blocked, and
@@ -230,8 +230,6 @@ class Executor:
             except protocol.ProtocolError:
                 return
             op = request.get("op")
-            if op == "bye":
-                return
             handler = self.handlers.get(op)
             try:
                 if handler is None:
