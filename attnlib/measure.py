@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import gc
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -91,6 +92,9 @@ def peak_rss_growth(fn: Callable[[], object]) -> int | None:
 
     Resets the kernel's high-water mark (``/proc/self/clear_refs``), runs
     ``fn`` and reads the new mark (``VmHWM``) minus the resident size before.
+    Where the mark cannot be reset (a read-only ``/proc``, as in the course's
+    grading sandbox) the resident size is sampled instead while ``fn`` runs
+    (:class:`Sampler`), which can only miss a peak shorter than its period.
     This sees every allocator, but only memory actually touched, and it can
     under-count when ``fn`` reuses memory an allocator kept from earlier calls:
     measure in a fresh process (as ``python -m benchmarks`` does) for an honest
@@ -98,12 +102,42 @@ def peak_rss_growth(fn: Callable[[], object]) -> int | None:
     """
     try:
         before = _proc_status_bytes("VmRSS")
+    except OSError:
+        return None
+    try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the peak resident size to the current one
     except OSError:
-        return None
+        sampler = Sampler(lambda: _proc_status_bytes("VmRSS"))
+        try:
+            fn()
+        finally:
+            top = sampler.stop()
+        return max(0, top - before)
     fn()
     return max(0, _proc_status_bytes("VmHWM") - before)
+
+
+class Sampler:
+    """The largest value of ``read()`` from now until :meth:`stop`, sampled every ``period``
+    seconds by a thread (and once more at the end)."""
+
+    def __init__(self, read: Callable[[], int], period: float = 2e-4):
+        self.read, self.period = read, period
+        self.top = read()
+        self.done = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="attnlib-sampler", daemon=True)
+        self.watcher.start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(self.period):
+            self.top = max(self.top, self.read())
+
+    def stop(self) -> int:
+        self.done.set()
+        self.watcher.join()
+        self.top = max(self.top, self.read())
+        return self.top
 
 
 def _proc_status_bytes(key: str) -> int:

@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlib.checks.memory import forget_touched, writable_memory
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -190,6 +192,15 @@ class Cgroup:
             return int(self._file("memory", name).read_text())
         return 0
 
+    def shared(self) -> int | None:
+        """Bytes of shared memory (tmpfs files, shared mappings) charged to the group now."""
+        with contextlib.suppress(OSError, ValueError):
+            for line in self._file("memory", "memory.stat").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "shmem":
+                    return int(value)
+        return None
+
     def reset_peak(self) -> None:
         if not self.v2:
             self._write("memory", "memory.max_usage_in_bytes", 0, optional=True)
@@ -311,6 +322,63 @@ def tree(root: int) -> list[int]:
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     todo.extend(int(p) for p in f.read().split())
     return found
+
+
+class TouchedTree:
+    """The memory a sandbox's processes read or write from now on, counted from outside
+    (:func:`attnlib.checks.memory.writable_memory`): each process's referenced marks are cleared
+    now; :meth:`stop` counts then, in every process of the tree, the private pages marked again
+    and shared memory whole. A process of the tree now that has ended by then counts with all the
+    writable memory it holds now: what it did before it ended cannot be known. So does shared
+    memory no process maps (files in the sandbox's own ``/tmp`` and ``/dev/shm``, or all of the
+    sandbox's shared memory where its cgroup counts it): a process may have used it and ended.
+    Where a process's marks cannot be cleared (one that made itself undumpable, graded as a
+    normal user), all its marked pages count."""
+
+    def __init__(self, root: int, cgroup: Cgroup | None = None):
+        self.root, self.cgroup = root, cgroup
+        self.resident: dict[int, int] = {}
+        for pid in tree(root):
+            reading = writable_memory(pid)
+            self.resident[pid] = reading.resident if reading is not None else 0
+            forget_touched(pid)
+
+    def stop(self) -> int:
+        """Bytes touched since the start (see the class doc)."""
+        total, now, mapped = 0, set(), 0
+        for pid in tree(self.root):
+            reading = writable_memory(pid)
+            if reading is not None:
+                now.add(pid)
+                total += reading.referenced
+                mapped += reading.shared
+        ended = sum(held for pid, held in self.resident.items() if pid not in now)
+        shared = self.cgroup.shared() if self.cgroup is not None else None
+        if shared is None:  # no cgroup: what the processes map, and the sandbox's own tmpfs
+            shared = mapped + sum(_tmpfs_used(f"/proc/{self.root}/root{d}") for d in TMPFS)
+        return total + ended + max(shared, mapped)
+
+
+TMPFS = ("/tmp", "/dev/shm")  # the sandbox's own, size-capped (autograder.sandbox.confine)
+
+
+def _tmpfs_used(path: str) -> int:
+    """Bytes in use on the filesystem at ``path`` (0 where unreadable)."""
+    with contextlib.suppress(OSError):
+        st = os.statvfs(path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+    return 0
+
+
+def filters(pid: int) -> int:
+    """How many seccomp filters ``pid`` runs under (``Seccomp_filters`` in /proc/PID/status;
+    0 where unknown)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Seccomp_filters:"):
+                    return int(line.split()[1])
+    return 0
 
 
 def tree_cpu(root: int) -> int | None:

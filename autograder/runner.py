@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from attnlib.checks._core import Abort
+from attnlib.checks.memory import Used
 
 from . import limits as limits_mod
 from . import outputs as outputs_mod
@@ -186,19 +187,23 @@ class Runner:
 
     def measure(
         self, header: dict, buffers: list[bytes] = (), callbacks: Callbacks | None = None
-    ) -> tuple[dict, list[bytes], int]:
-        """A request, and the most memory the whole sandbox held above its level before it."""
+    ) -> tuple[dict, list[bytes], Used]:
+        """A request, and what the whole sandbox used: the most memory it held above its level
+        before, and the memory it touched (None where the sandbox could clear the kernel's
+        marks itself: see :mod:`autograder.sandbox.syscalls`)."""
         box = self._sandbox()
         base, _ = box.memory()
         if box.cgroup is not None:
             box.cgroup.reset_peak()
+        touch = limits_mod.TouchedTree(box.child, box.cgroup) if box.watched else None
         self.peak, self._measuring = base, True
         try:
             reply, got = self.request(header, buffers, callbacks)
         finally:
             self._measuring = False
+        touched = touch.stop() if touch is not None else None
         top = box.cgroup.peak() if box.cgroup is not None else self.peak
-        return reply, got, max(top - base, 0)
+        return reply, got, Used(max(top - base, 0), touched)
 
     # -- the machinery ---------------------------------------------------------------------------
 

@@ -52,6 +52,9 @@ class Sandbox:
     child: int  # host pid of the template's child: the root of the sandbox's process tree
     executor: int  # host pid of the process that runs the learner's cells
     cgroup: Cgroup | None = None
+    # the executor runs under the filter that keeps the kernel's marks of touched memory
+    # (autograder.sandbox.syscalls), seen from here before any learner code ran
+    watched: bool = False
     seq: itertools.count = field(default_factory=itertools.count)
 
     def request(self, header: dict, buffers: list[bytes] = ()) -> int:
@@ -280,7 +283,7 @@ def _spawn(
         if cgroup is not None:
             cgroup.remove()
         raise SandboxError(f"a sandbox could not be started: {error}") from None
-    return Sandbox(ours, child, executor, cgroup)
+    return Sandbox(ours, child, executor, cgroup, watched=limits_mod.filters(executor) > 0)
 
 
 class Attached:

@@ -57,7 +57,8 @@ DEMOS = {  # lesson → attnlib modules its demonstrations need (with what they 
     "06-build-and-train": ("torch/gpt.py", "torch/train.py"),  # the character model
 }
 SANDBOX = ("__init__.py", "protocol.py", "sandbox/__init__.py", "sandbox/confine.py",
-           "sandbox/executor.py", "sandbox/template.py", "sandbox/verdicts.py")  # fmt: skip
+           "sandbox/executor.py", "sandbox/syscalls.py", "sandbox/template.py",
+           "sandbox/verdicts.py")  # fmt: skip
 CLIENTS = {  # edition file → where it stands in the view
     "checks.py": "attnlib/checks/__init__.py",
     "quiz.py": "attnlib/quiz/__init__.py",

@@ -313,9 +313,20 @@ def test_the_default_meter_sees_torch_allocations():
         return float(torch.ones(2048, 2048, dtype=torch.float64).sum())
 
     result, used = memory.traced_peak(score_matrix)
-    assert result == 2048 * 2048 and used >= matrix
+    assert result == 2048 * 2048 and used.held >= matrix
     _, small = memory.traced_peak(lambda: torch.ones(64, 64).sum())
-    assert small < matrix / 8
+    assert small.held < matrix / 8
+
+
+@pytest.mark.lesson05
+@pytest.mark.skipif(memory.writable_memory() is None, reason="no /proc/self/smaps here")
+def test_memory_taken_before_a_call_counts_as_touched_once_the_call_uses_it():
+    buffer = np.ones((2048, 2048))  # 32 MiB, taken and touched before the call
+    _, used = memory.traced_peak(lambda: buffer.fill(2.0))
+    assert used.held < buffer.nbytes / 8, used  # nothing more held...
+    assert used.touched >= buffer.nbytes, used  # ...but all of it written
+    _, idle = memory.traced_peak(lambda: None)
+    assert idle.touched < buffer.nbytes / 8, idle  # what it does not use does not count
 
 
 @pytest.mark.lesson05
@@ -327,7 +338,7 @@ def test_without_the_c_allocator_the_resident_set_is_measured(monkeypatch):
     assert not outcome.passed and "materialises" in outcome.message, outcome.feedback()
     monkeypatch.setattr(memory, "CLEAR_REFS", "/nonexistent/clear_refs")  # no /proc to reset
     _, used = memory.traced_peak(lambda: np.ones((2048, 2048)).sum())  # tracemalloc still counts
-    assert used >= 2048 * 2048 * 8
+    assert used.held >= 2048 * 2048 * 8
 
 
 @pytest.mark.lesson05
@@ -335,14 +346,15 @@ def test_the_graders_own_peak_meter_is_still_used():
     exercise = checks.EXERCISES["chunked_attention"]
     calls = []
 
-    def sandbox_peak(fn, *args, **kwargs):  # the grader's signature: (result, bytes)
+    def sandbox_peak(fn, *args, **kwargs):  # the grader's signature: (result, Used)
         calls.append(kwargs.get("causal"))
-        return fn(*args, **kwargs), 100 * 2**20
+        return fn(*args, **kwargs), memory.Used(100 * 2**20)
 
     outcome = _core.run(exercise, an.chunked_attention, peak=sandbox_peak)
     assert not outcome.passed and "100.0 MiB" in outcome.message
     assert calls and set(calls) == {False}  # stops at the first setting that fails
-    assert _core.run(exercise, an.chunked_attention, peak=lambda fn, *a, **k: (fn(*a, **k), 0))
+    free = memory.Used(0, None)  # touched unknown: held alone judges
+    assert _core.run(exercise, an.chunked_attention, peak=lambda fn, *a, **k: (fn(*a, **k), free))
 
 
 # --- 2: a mistake is named only where it can be told apart ---------------------------------

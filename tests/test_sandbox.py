@@ -23,6 +23,7 @@ from autograder import engine, view
 from autograder import limits as limits_mod
 from autograder.limits import Limits
 from autograder.runner import Runner
+from autograder.sandbox import syscalls
 from autograder.sandbox.template import TRAINS, WITHOUT_TORCH, gpu_build
 from autograder.template import SandboxError, Template
 from benchmarks.starved import spinners
@@ -309,6 +310,105 @@ print(json.dumps({"pid": os.getpid(), "procs": procs, "caps": caps, "userns": us
     assert not os.path.exists("/tmp/left-behind")
     assert first["pid"] < 10 and len(first["procs"]) <= 3, first  # init, executor (and pid 1)
     assert int(first["caps"], 16) == 0 and first["userns"] == -1 and first["host"] == "sandbox"
+
+
+MARKS = """
+import ctypes, errno, json, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("1")
+    proc = "written"
+except OSError as error:
+    proc = errno.errorcode[error.errno]
+pages = mmap.mmap(-1, 1 << 20)
+start = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(pages)))
+advice = {{}}
+for name, number in {advice}:  # madvise(start, length, advice), the advice in all 64 bits
+    done = libc.syscall(ctypes.c_long({madvise}), start, ctypes.c_size_t(1 << 20),
+                        ctypes.c_long(number))
+    advice[name] = errno.errorcode[ctypes.get_errno()] if done == -1 else "ok"
+calls = {{}}
+for name, number in {calls}:
+    done = libc.syscall(ctypes.c_long(number), 0, 0, 0, 0, 0)
+    calls[name] = errno.errorcode[ctypes.get_errno()] if done == -1 else "ok"
+print(json.dumps({{"proc": proc, "advice": advice, "calls": calls}}))
+"""
+
+
+@pytest.mark.skipif(syscalls.program() is None, reason="no filter for this machine")
+def test_nothing_in_a_sandbox_can_clear_the_kernels_marks_of_the_memory_it_touched(template):
+    """Lesson 05's memory check counts the pages a call touched from the kernel's marks, read
+    from outside (``autograder.limits.TouchedTree``). Inside, ``/proc`` is read-only, and the
+    advice that marks pages old and the calls that move them are refused
+    (``autograder.sandbox.syscalls``); the grader sees the filter in place before any learner
+    code ran. Advice that keeps the marks (the allocator's ``MADV_DONTNEED``) still works."""
+    _, madvise, (process_madvise, mbind, migrate_pages, move_pages) = syscalls.NATIVE[
+        os.uname().machine
+    ]
+    advice = [("cold", 20), ("pageout", 21), ("free", 8), ("collapse", 25), ("dontneed", 4),
+              ("willneed", 3), ("hugepage", 14), ("cold-high-bit", 20 | 1 << 32)]  # fmt: skip
+    calls = [("process_madvise", process_madvise), ("mbind", mbind),
+             ("migrate_pages", migrate_pages), ("move_pages", move_pages)]  # fmt: skip
+    if os.uname().machine == "x86_64":
+        calls.append(("x32-madvise", syscalls.X32_BIT | madvise))
+    runner = Runner(template, Limits(timeout=20, budget=120))
+    try:
+        cell = MARKS.format(advice=advice, calls=calls, madvise=madvise)
+        outputs = runner.run(0, cell).outputs
+        watched = runner.box.watched
+    finally:
+        runner.close()
+    seen = json.loads(printed(outputs).strip().splitlines()[-1])
+    assert watched
+    assert seen["proc"] == "EROFS", seen
+    assert seen["advice"] == {"cold": "EINVAL", "pageout": "EINVAL", "free": "EINVAL",
+                              "collapse": "EINVAL", "dontneed": "ok", "willneed": "ok",
+                              "hugepage": "ok", "cold-high-bit": "EINVAL"}, seen  # fmt: skip
+    assert set(seen["calls"].values()) == {"ENOSYS"}, seen
+
+
+def test_the_filter_leaves_what_a_notebook_runs_alone(template):
+    """What the filter refuses, a kernel older than each call refuses too, so what a lesson runs
+    goes on without it: the shell's jobs and ``wait``, PyTorch's ``DataLoader`` with worker
+    processes, NumPy on large arrays."""
+    source = """
+import json, subprocess
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+shell = subprocess.run(["sh", "-c", "(sleep 0.1; echo bg) & wait"], capture_output=True,
+                       text=True, timeout=10).stdout.strip()
+loader = DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8, num_workers=2)
+total = float(sum(batch.sum() for (batch,) in loader))
+big = float(np.ones((4096, 4096)).sum())
+print(json.dumps({"shell": shell, "total": total, "big": big}))
+"""
+    assert value(template, source, limits=Limits(timeout=60, budget=120)) == {
+        "shell": "bg", "total": 2016.0, "big": 4096.0 * 4096}  # fmt: skip
+
+
+def test_a_lessons_own_measure_of_memory_still_reads_in_a_sandbox(template):
+    """Lesson 05 measures PyTorch's memory with ``attnlib.measure.peak_rss_growth``, which resets
+    the kernel's peak mark through ``/proc``. A sandbox's ``/proc`` is read-only, so it samples
+    the resident set instead: the graded notebook shows a number, as JupyterLab does."""
+    source = """
+import json
+import numpy as np
+from attnlib.measure import peak_rss_growth
+print(json.dumps(peak_rss_growth(lambda: np.ones(1 << 22).sum())))  # 32 MiB, touched
+"""
+    grown = value(template, source)
+    assert grown is not None and 30 * 2**20 <= grown < 64 * 2**20, grown
+
+
+def test_a_machine_without_a_filter_gets_none_and_every_filter_jumps_forward():
+    assert syscalls.program("riscv64") is None
+    for machine in syscalls.NATIVE:
+        code = syscalls.program(machine)
+        assert code and len(code) % 8 == 0  # struct sock_filter: 8 bytes each
 
 
 def test_a_sandbox_never_sees_what_an_earlier_one_held(template):

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._shapes import fmt
-from .memory import traced_peak
+from .memory import Used, traced_peak
 from .silence import quiet
 from .tolerance import Tolerance, alike, deviation, input_dtype, rounded, tolerance, within
 
@@ -147,7 +147,7 @@ class Outcome:
 Invariant = Callable[[Probe, Arrays], "str | tuple[str, str] | None"]
 Verdict = tuple[str, str]  # (sentence, section to read; "" for the exercise's own)
 Hint = Callable[[Exception, Probe], str]  # a likely cause of an exception ("" if none)
-Peak = Callable[..., tuple[object, int]]
+Peak = Callable[..., tuple[object, Used]]
 
 
 @dataclass(frozen=True)
@@ -719,10 +719,11 @@ def run(
 ) -> Outcome:
     """Check ``fn`` against ``exercise`` on every probe; stop at the first failure.
 
-    ``peak(fn, *args, **kwargs)`` calls ``fn`` and measures the memory the call held; the memory
-    probes use it. In a learner's kernel it is :func:`traced_peak`; the grader, which calls the
-    learner's function in a sandbox, measures the whole sandbox from outside instead. A grading
-    with a ``secret`` searches its own problems too (:func:`search`).
+    ``peak(fn, *args, **kwargs)`` calls ``fn`` and measures the memory the call held and the
+    memory it touched (:class:`~attnlib.checks.memory.Used`); the memory probes use it. In a
+    learner's kernel it is :func:`traced_peak`; the grader, which calls the learner's function in
+    a sandbox, measures the whole sandbox from outside instead. A grading with a ``secret``
+    searches its own problems too (:func:`search`).
     """
     with calm():
         probes = list(exercise.probes())

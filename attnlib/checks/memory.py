@@ -21,6 +21,15 @@ free to it. So :func:`traced_peak` reads two meters at once and keeps the larger
   3. where ``/proc`` cannot be used either (macOS, Windows, a locked-down container): the growth
      of the process's lifetime peak (``getrusage``), which sees native memory only when the call
      outgrows everything the process held before; tracemalloc does the rest.
+
+Memory a function took *before* the call (a buffer its cell allocated and filled) is held already,
+so neither meter sees it used. On Linux a third reading counts it: :func:`touched`, the memory the
+call read or wrote wherever it was taken. The kernel marks every page a process uses as
+*referenced*; :class:`TouchedMeter` clears those marks of this process (``1`` into
+``/proc/self/clear_refs``) as the call begins, and counts the writable or anonymous pages marked
+again when it returns, and memory in shared mappings whole (another process may have used it and
+ended, its marks with it). The grader takes the same reading of a sandbox's processes from
+outside (``autograder.limits.TouchedTree``).
 """
 
 from __future__ import annotations
@@ -30,29 +39,105 @@ import ctypes.util
 import functools
 import re
 import sys
-import threading
 import tracemalloc
 from collections.abc import Callable
+from typing import NamedTuple
+
+from ..measure import Sampler
 
 PERIOD = 2e-4  # seconds between two samples of the C allocator
 STATUS = "/proc/self/status"
 CLEAR_REFS = "/proc/self/clear_refs"
 RESET_PEAK = "5"  # clear_refs: reset the peak resident set size (VmHWM) to the current one
+FORGET_TOUCHED = "1"  # clear_refs: clear the referenced mark of every page the process maps
 
 
-def traced_peak(fn: Callable[..., object], *args, **kwargs) -> tuple[object, int]:
-    """Call ``fn``; return its result and the most memory (bytes) it held above the level before.
+class Used(NamedTuple):
+    """What one call used, in bytes: ``held``, the most memory it held above the level before;
+    ``touched``, the memory it read or wrote, taken before the call or during it (None where
+    this platform cannot tell)."""
 
-    The larger of tracemalloc's reading and the native meter's (see the module doc).
+    held: int
+    touched: int | None = None
+
+
+def traced_peak(fn: Callable[..., object], *args, **kwargs) -> tuple[object, Used]:
+    """Call ``fn``; return its result and what it used (see the module doc).
+
+    ``held`` is the larger of tracemalloc's reading and the native meter's.
     """
     native = native_meter()
     traced = TracedMeter()
+    touch = TouchedMeter()
     try:
         result = fn(*args, **kwargs)
     finally:
+        touched = touch.stop()
         python = traced.stop()
         held = native.stop()
-    return result, max(python, held)
+    return result, Used(max(python, held), touched)
+
+
+def forget_touched(pid: int | str = "self") -> bool:
+    """Clear the referenced mark of every page ``pid`` maps, so that :func:`writable_memory`
+    then counts only the pages used since; False where that is impossible."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write(FORGET_TOUCHED)
+    except OSError:
+        return False
+    return True
+
+
+class Pages(NamedTuple):
+    """Bytes of one process's writable or anonymous memory (see :func:`writable_memory`)."""
+
+    resident: int  # in memory now
+    referenced: int  # of its private part, used since the marks were last cleared
+    shared: int  # in shared mappings: a process may use it and end, its marks with it
+
+    @property
+    def touched(self) -> int:
+        """What a call counts as touched: the private pages marked, and shared memory whole."""
+        return self.referenced + self.shared
+
+
+def writable_memory(pid: int | str = "self") -> Pages | None:
+    """``pid``'s writable or anonymous memory, from ``/proc/PID/smaps``; None where unreadable.
+
+    Code and read-only data of files are left out: they hold no arrays, and a call runs through
+    its libraries' code."""
+    resident = referenced = shared = 0
+    counts = sharing = False
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                field, _, rest = line.partition(" ")
+                if not field.endswith(":"):  # a mapping: start-end perms offset dev inode [path]
+                    parts = rest.split(maxsplit=4)
+                    path = parts[4].strip() if len(parts) > 4 else ""
+                    counts = "w" in parts[0] or not path or path.startswith("[")
+                    sharing = "w" in parts[0] and parts[0].endswith("s")
+                elif counts and field == "Rss:":
+                    kib = int(rest.split()[0]) * 1024
+                    resident += kib
+                    shared += kib if sharing else 0
+                elif counts and not sharing and field == "Referenced:":
+                    referenced += int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return Pages(resident, referenced, shared)
+
+
+class TouchedMeter:
+    """The memory this process reads or writes from now on (Linux): see the module doc."""
+
+    def __init__(self) -> None:
+        self.able = forget_touched()
+
+    def stop(self) -> int | None:
+        reading = writable_memory() if self.able else None
+        return None if reading is None else reading.touched
 
 
 def native_meter() -> AllocatorMeter | ResidentMeter:
@@ -82,20 +167,11 @@ class AllocatorMeter:
     """The C allocator's bytes in use, sampled by a thread: the largest sample above the start."""
 
     def __init__(self) -> None:
-        self.base = self.top = _allocated()
-        self.done = threading.Event()
-        self.watcher = threading.Thread(target=self._watch, name="attnlib-memory", daemon=True)
-        self.watcher.start()
-
-    def _watch(self) -> None:
-        while not self.done.wait(PERIOD):
-            self.top = max(self.top, _allocated())
+        self.sampler = Sampler(_allocated, PERIOD)
+        self.base = self.sampler.top
 
     def stop(self) -> int:
-        self.done.set()
-        self.watcher.join()
-        self.top = max(self.top, _allocated())
-        return max(self.top - self.base, 0)
+        return max(self.sampler.stop() - self.base, 0)
 
 
 class ResidentMeter:

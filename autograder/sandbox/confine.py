@@ -6,12 +6,13 @@ Runs in the template's freshly forked child, before any learner code, in three p
   from a template several graders share), and unshares a new user, mount, network, IPC, UTS and
   PID namespace (:func:`enter_namespaces`) — everything it starts lives in them, and only there;
 * the *init* (pid 1 of the new PID namespace, :func:`make_root`) mounts the submission's own
-  ``/proc`` (which shows only its own processes), a size-capped ``/tmp`` and ``/dev/shm``, names
-  the host ``sandbox`` and forbids further user namespaces; it then only reaps orphans, and when
-  it dies the kernel kills every process of the namespace;
+  ``/proc`` (read-only, showing only its own processes), a size-capped ``/tmp`` and
+  ``/dev/shm``, names the host ``sandbox`` and forbids further user namespaces; it then only
+  reaps orphans, and when it dies the kernel kills every process of the namespace;
 * the *executor* (:func:`drop_privileges`) sets resource limits, drops every capability (effective,
   permitted, inheritable, ambient and bounding sets), sets ``no_new_privs`` and asks to die with
-  its parent. Then it runs the learner's cells.
+  its parent, and loads a seccomp filter (:mod:`autograder.sandbox.syscalls`). Then it runs the
+  learner's cells.
 
 The template itself was started by bubblewrap with a read-only view of exactly what the code
 needs (:mod:`autograder.view`); these steps give each submission its own namespaces inside that
@@ -37,6 +38,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -133,7 +135,7 @@ def make_root(
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
     links = {path: os.readlink(path) for path in keep if os.path.islink(path)}
     held = [(path, os.open(path, O_PATH | os.O_DIRECTORY)) for path in keep if path not in links]
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    _mount("proc", "/proc", "proc", PROC_FLAGS, None)
     options = f"size={tmp_mb}m,nr_inodes={inodes},mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
     for path, fd in held:
@@ -150,6 +152,9 @@ def make_root(
     _check(_libc.sethostname(host, len(host)), "sethostname")
     # Learner code could otherwise make a user namespace of its own and get capabilities there.
     _write("/proc/sys/user/max_user_namespaces", "0")
+    # Nothing after this writes to /proc: learner code could otherwise clear the kernel's marks
+    # of the memory it touched (/proc/PID/clear_refs), which the grader counts from outside.
+    _mount("none", "/proc", None, MS_BIND | MS_REMOUNT | MS_RDONLY | PROC_FLAGS, None)
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
