@@ -28,8 +28,9 @@ call read or wrote wherever it was taken. The kernel marks every page a process 
 *referenced*; :class:`TouchedMeter` clears those marks of this process (``1`` into
 ``/proc/self/clear_refs``) as the call begins, and counts the writable or anonymous pages marked
 again when it returns, and memory in shared mappings whole (another process may have used it and
-ended, its marks with it). The grader takes the same reading of a sandbox's processes from
-outside (``autograder.limits.TouchedTree``).
+ended, its marks with it). That reading is taken in a call of its own, with no meter sampling
+beside it: glibc's ``mallinfo2`` reads every free block of the heaps. The grader takes the same
+reading of a sandbox's processes from outside (``autograder.limits.TouchedTree``).
 """
 
 from __future__ import annotations
@@ -64,18 +65,29 @@ class Used(NamedTuple):
 def traced_peak(fn: Callable[..., object], *args, **kwargs) -> tuple[object, Used]:
     """Call ``fn``; return its result and what it used (see the module doc).
 
-    ``held`` is the larger of tracemalloc's reading and the native meter's.
+    ``held`` is the larger of tracemalloc's reading and the native meter's. ``touched`` is read
+    in a second call of ``fn`` (:func:`touched`), without the native meter: its samples walk the
+    C allocator's heaps (``mallinfo2`` reads every free block), which in a kernel that has run
+    for a while is tens or hundreds of MiB the call never used.
     """
     native = native_meter()
     traced = TracedMeter()
-    touch = TouchedMeter()
     try:
         result = fn(*args, **kwargs)
     finally:
-        touched = touch.stop()
         python = traced.stop()
         held = native.stop()
-    return result, Used(max(python, held), touched)
+    return result, Used(max(python, held), touched(fn, *args, **kwargs))
+
+
+def touched(fn: Callable[..., object], *args, **kwargs) -> int | None:
+    """Bytes of memory a call of ``fn`` reads or writes, wherever it was taken (see the module
+    doc); None where this platform cannot tell."""
+    meter = TouchedMeter()
+    if not meter.able:
+        return None
+    fn(*args, **kwargs)
+    return meter.stop()
 
 
 def forget_touched(pid: int | str = "self") -> bool:
