@@ -6,6 +6,7 @@ section of the course that teaches it.
 """
 
 import dataclasses
+import gc
 import math
 import re
 import warnings
@@ -346,6 +347,16 @@ def test_a_heap_full_of_freed_blocks_is_not_counted_as_memory_a_right_answer_tou
         assert outcome.passed, outcome.feedback()
     finally:
         del kept
+
+
+@pytest.mark.lesson05
+@pytest.mark.skipif(memory.writable_memory() is None, reason="no /proc/self/smaps here")
+def test_no_garbage_collection_runs_in_a_call_whose_touched_memory_is_read():
+    """A full collection walks every object the process holds; in a long session that is more
+    memory than the call's own work, so it is held off while the call runs, and back after."""
+    during = []
+    assert memory.touched(lambda: during.append(gc.isenabled())) is not None
+    assert during == [False] and gc.isenabled()
 
 
 @pytest.mark.lesson05
