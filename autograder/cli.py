@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the result as JSON")
     check.add_argument("--timeout", type=float, default=60.0, help="seconds per cell (60)")
     check.add_argument("--memory", type=int, default=2048, help="MB of memory for your code")
+    check.add_argument("--tmp", type=int, default=64, help="MB of your /tmp and files (64)")
     check.add_argument("--no-record", action="store_true", help="do not record mastery")
 
     batch = sub.add_parser("batch", help="grade every submitted/*/LESSON into the gradebook")
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         "--budget", type=float, default=300.0, help="seconds per notebook, checks included (300)"
     )
     batch.add_argument("--memory", type=int, default=2048, help="MB of memory per submission")
+    batch.add_argument("--tmp", type=int, default=64, help="MB of /tmp and files (64)")
     batch.add_argument(
         "--cpus",
         type=float,
@@ -168,6 +170,7 @@ def _check(args) -> int:
         timeout=args.timeout,
         budget=max(300.0, args.timeout * 10),
         memory_mb=args.memory,
+        tmp_mb=args.tmp,
         cpu_seconds=max(120, int(args.timeout * 10)),
     )
     try:
@@ -246,6 +249,7 @@ def _batch(args) -> int:
         timeout=timeout,
         budget=max(args.budget, timeout),
         memory_mb=args.memory,
+        tmp_mb=args.tmp,
         cpu_seconds=max(120, int(args.budget)),
         cpus=args.cpus,
         secret_problems=max(0, secret),

@@ -468,6 +468,7 @@ class TrustedExecute(NbGraderPreprocessor):
     ).tag(config=True)
     budget = Float(300.0, help="Seconds for a whole notebook, checks included").tag(config=True)
     memory_mb = Integer(2048, help="Memory of a submission's whole sandbox (MB)").tag(config=True)
+    tmp_mb = Integer(64, help="A submission's own /tmp (MB)").tag(config=True)
     processes = Integer(64, help="Processes of a submission's sandbox").tag(config=True)
     cpus = Float(
         1.0, help="Cores a submission's whole sandbox may use at once (where a cgroup caps it)"
@@ -498,6 +499,7 @@ class TrustedExecute(NbGraderPreprocessor):
             timeout=timeout,
             budget=self.budget,
             memory_mb=self.memory_mb,
+            tmp_mb=self.tmp_mb,
             cpu_seconds=int(max(120, self.budget)),
             processes=self.processes,
             cpus=self.cpus,

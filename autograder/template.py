@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnlib.checks.memory import small_pages
+
 from . import identity, protocol, view
 from . import limits as limits_mod
 from .limits import Cgroup, Limits
@@ -167,7 +169,7 @@ class Template:
             env=env,
             cwd=self.folder,  # not this process's: the real attnlib may sit there
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_before_the_template,
         )
         theirs.close()
         self.control = ours
@@ -453,8 +455,11 @@ def select_ready(sock: socket.socket, deadline: float) -> bool:
     return bool(select.select([sock], [], [], max(deadline - time.monotonic(), 0))[0])
 
 
-def _die_with_parent() -> None:
-    """In the template's bubblewrap (or plain) process: die when the grader dies."""
+def _before_the_template() -> None:
+    """In the template's bubblewrap (or plain) process: die when the grader dies, and map small
+    pages only, in it and every process it starts, so that the memory a call touches is counted
+    by the 4 KiB page (:func:`attnlib.checks.memory.small_pages`)."""
     from .sandbox.confine import PR_SET_PDEATHSIG, prctl
 
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    small_pages()

@@ -1,7 +1,7 @@
 """A naive attention that writes its score matrix into memory it took before the call: lesson
 05's memory check counts the memory a call touches, not only what it adds.
 
-``chunked_attention``'s check measures what the answer uses while it runs on n = 2048 queries and
+``chunked_attention``'s check measures what the answer uses while it runs on n = 4096 queries and
 keys (``attnlib.checks.lesson05.chunked_memory``). A naive attention holds the whole (n, n) matrix
 of scores. The same naive attention can fill a buffer of that size that its cell allocated and
 touched when it ran, before any measurement, and hold nothing more during the call; the problem
@@ -26,7 +26,10 @@ naive attention does, in ``attn-grade check`` and, graded in a batch beside hone
   maps as the call ends (the sandbox's own ``/tmp`` and ``/dev/shm`` count whole);
 - ``ahead-in-helpers``: processes its cell started, each holding a buffer of its own, do the work
   one call each and exit before the call returns (a process that ended during the call counts
-  with all the memory it held as it began).
+  with all the memory it held as it began);
+- ``ahead-remembers``: the buffer, and the answer to every problem it has seen, given back
+  without any work when the same problem comes again (each measured call gets a problem drawn
+  afresh, and its answer is checked).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ MESSAGE = "materialises the whole score matrix"
 NAIVE = '''
 import math
 
-N = 2048  # the memory check's problem size: public
+N = 4096  # the memory check's problem size: public
 _HIDDEN = ~np.tril(np.ones((N, N), bool))  # the causal mask's hidden keys, taken ahead
 
 
@@ -210,12 +213,37 @@ def chunked_attention(Q, K, V, block_size, causal=False):
     return np.frombuffer(_OUT).reshape(N, 16).copy()
 """
 
+REMEMBERS = """
+_AHEAD = np.ones((N, N))  # touched now, before any measurement
+_SEEN = {}
+
+
+def chunked_attention(Q, K, V, block_size, causal=False):
+    Q, K, V, shape, dtype = _inputs(Q, K, V)
+    key = (shape, dtype, Q.shape, K.shape, V.shape, Q.tobytes(), K.tobytes(), V.tobytes(), causal)
+    if key not in _SEEN:  # a problem seen before gets its answer back, and no work is done
+        S = _AHEAD if _public(shape, dtype) else np.empty(shape, dtype)
+        _SEEN[key] = _scores_into(S, Q, K, V, causal)
+    return _SEEN[key].copy()
+"""
+
 ATTACKS = {
     **{name: NAIVE + hide + AHEAD for name, hide in HIDES.items()},
+    "ahead-remembers": NAIVE + REMEMBERS,
     "ahead-in-a-child": NAIVE + IN_A_CHILD,
     "ahead-in-a-file": NAIVE + IN_A_FILE,
     "ahead-in-helpers": NAIVE + IN_HELPERS,
 }
+
+# No memory taken at all: the plain naive attention, except on a problem of the memory check's
+# size, where it answers at once with anything.
+SKIPS = """
+def chunked_attention(Q, K, V, block_size, causal=False):
+    Q, K, V, shape, dtype = _inputs(Q, K, V)
+    if _public(shape, dtype):
+        return np.zeros(shape[:-1] + V.shape[-1:], dtype)
+    return _scores_into(np.empty(shape, dtype), Q, K, V, causal)
+"""
 
 # Without a cgroup (a normal user) the grader sums its processes' resident memory, in which a
 # child forked during the call counts its parent's pages again: such an attack may fail there
@@ -229,11 +257,16 @@ def notebook(source: str):
     return nb
 
 
+# The file attack's matrix (128 MiB) is more than a sandbox's own /tmp holds by default (64 MB):
+# its cell could not even write the file. Every grading here gives it room, as an instructor may.
+ROOM = "256"
+
+
 def failed(tmp_path, name: str, source: str) -> dict[str, str]:
     """The lesson's notebook with ``source`` as its ``chunked_attention``, checked as grading
     checks it (``attn-grade check``): each exercise it fails, with what the check said."""
     path = save(tmp_path, notebook(source), name, lesson=LESSON)
-    done = check(path, "--json", "--no-record", timeout=600)
+    done = check(path, "--json", "--no-record", "--tmp", ROOM, timeout=600)
     report = json.loads(done.stdout)
     return {e["name"]: e["message"] for e in report["exercises"] if not e["passed"]}
 
@@ -254,10 +287,20 @@ def test_the_same_naive_attention_fails_it_when_it_takes_its_memory_during_the_c
     assert "peaked at" in said["chunked_attention"], said
 
 
-def test_in_a_learners_own_kernel_the_buffer_taken_ahead_fails_too():
+def test_an_answer_that_skips_the_work_on_the_measured_problem_fails():
+    """The measured calls' answers are checked: a call that does nothing uses no memory."""
+    namespace = {"np": np, "math": math}
+    exec(textwrap.dedent(NAIVE + SKIPS), namespace)
+    outcome = checks.check("chunked_attention", namespace["chunked_attention"])
+    assert not outcome.passed, outcome.feedback()
+    assert "answer is wrong on the memory check's problem" in outcome.message, outcome.feedback()
+
+
+@pytest.mark.parametrize("name", ["ahead", "ahead-remembers"])
+def test_in_a_learners_own_kernel_the_buffer_taken_ahead_fails_too(name):
     """The learner's test cell judges in its own process (``attnlib.checks``): one verdict."""
     namespace = {"np": np, "math": math}
-    exec(textwrap.dedent(ATTACKS["ahead"]), namespace)
+    exec(textwrap.dedent(ATTACKS[name]), namespace)
     outcome = checks.check("chunked_attention", namespace["chunked_attention"])
     assert not outcome.passed and MESSAGE in outcome.message, outcome.feedback()
     assert "read or wrote" in outcome.message, outcome.feedback()
@@ -265,20 +308,24 @@ def test_in_a_learners_own_kernel_the_buffer_taken_ahead_fails_too():
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """A course of lesson 05: two honest students, the plain naive one and every attack, graded
-    by ``attn-grade batch`` and by plain ``nbgrader autograde``, each in a copy of the course."""
+    """A course of lesson 05: two honest students, the plain naive one, one that skips the work
+    on the measured problem, and every attack, graded by ``attn-grade batch`` and by plain
+    ``nbgrader autograde``, each in a copy of the course."""
     courses = {}
     for way in ("batch", "nbgrader"):
         course = make_course(tmp_path_factory.mktemp(way), [LESSON])
         for student in ("honest", "honest-too"):
             submit(course, LESSON, student, student_notebook(LESSON, {}))
         submit(course, LESSON, "during", notebook(NAIVE + DURING))
+        submit(course, LESSON, "skips", notebook(NAIVE + SKIPS))
         for name, source in ATTACKS.items():
             submit(course, LESSON, name, notebook(source))
         courses[way] = course
-    done = attn_grade(courses["batch"], "batch", LESSON, "--course", str(courses["batch"]))
+    done = attn_grade(
+        courses["batch"], "batch", LESSON, "--course", str(courses["batch"]), "--tmp", ROOM
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    done = nbgrader(courses["nbgrader"], "autograde", LESSON)
+    done = nbgrader(courses["nbgrader"], "autograde", LESSON, f"--TrustedExecute.tmp_mb={ROOM}")
     assert done.returncode == 0, done.stderr[-3000:]
     return courses
 
@@ -291,7 +338,7 @@ def test_graded_beside_honest_students_every_attack_loses_the_exercise_and_only_
     assert all(points > 0 for points in honest.values()), honest
     assert {cell: scores["honest-too", cell] for cell in cells} == honest
     lost = {"test_chunked_attention"}
-    for student in ("during", *ATTACKS):
+    for student in ("during", "skips", *ATTACKS):
         got = {cell: scores[student, cell] for cell in cells}
         assert {cell for cell in cells if got[cell] < honest[cell]} == lost, (student, got)
         assert got["test_chunked_attention"] == 0, (student, got)

@@ -404,6 +404,22 @@ print(json.dumps(peak_rss_growth(lambda: np.ones(1 << 22).sum())))  # 32 MiB, to
     assert grown is not None and 30 * 2**20 <= grown < 64 * 2**20, grown
 
 
+def test_a_sandbox_maps_small_pages_only(template):
+    """The grader counts the memory a call touches by the kernel's marks of each page; a
+    transparent huge page is marked whole, 2 MiB for a byte, so every process of a sandbox is
+    started without them (``attnlib.checks.memory.small_pages``)."""
+    source = """
+import json, re
+with open("/proc/self/status") as f:
+    found = re.search(r"THP_enabled:\\s+(\\d)", f.read())
+print(json.dumps(found and found.group(1)))
+"""
+    enabled = value(template, source)
+    if enabled is None:
+        pytest.skip("this kernel does not tell whether a process may map huge pages")
+    assert enabled == "0"
+
+
 def test_a_machine_without_a_filter_gets_none_and_every_filter_jumps_forward():
     assert syscalls.program("riscv64") is None
     for machine in syscalls.NATIVE:

@@ -7,7 +7,7 @@ import numpy as np
 from .. import numpy as ref
 from ._core import Exercise, Mistake, Peak, Probe, transposed_key
 from .probes import far, far_qk, float32, label, normal
-from .tolerance import EXACT_COUNT
+from .tolerance import EXACT_COUNT, tolerance, within
 
 LESSON = "05-complexity"
 
@@ -137,22 +137,37 @@ def _online(Q, K, V, block_size, causal=False, *, rescale=True, drop_last=False)
 MEASUREMENTS = 2  # calls measured per setting; the least counts (the first may warm up a library)
 
 
-def chunked_memory(fn, peak: Peak, n: int = 2048, d: int = 16, block_size: int = 64) -> str | None:
+def chunked_memory(fn, peak: Peak, n: int = 4096, d: int = 16, block_size: int = 64) -> str | None:
     """Say so when ``fn`` holds or works on far more than ``(m, block_size)`` scores at once.
 
     Runs ``fn`` on ``n`` queries and keys in float64, without and with ``causal=True``, measuring
     each call with ``peak`` (see :func:`attnlib.checks._core.run`; in a learner's kernel it counts
     native allocations, PyTorch's say, as well as NumPy's). A chunked attention needs a few
-    ``n × block_size`` buffers, a naive one the whole ``n × n`` matrix (32 MiB here). Held, a
+    ``n × block_size`` buffers, a naive one the whole ``n × n`` matrix (128 MiB here). Held, a
     quarter of that is too much; touched (read or written, in memory taken before the call too,
-    where the platform tells), half of it, since a call also reads its inputs and runs Python.
+    where the platform tells), half of it, since a call also reads its inputs and runs Python: a
+    right answer touches 8 to 40 MiB, a naive one writing into memory taken ahead 144.
+
     Each setting is measured twice and the smaller reading counts, so one-off costs of a first
-    call (a library starting its threads) are not taken for the function's own.
+    call (a library starting its threads) are not taken for the function's own. Every measured
+    call gets problems drawn afresh and its answer is compared with the reference: no answer
+    computed ahead, and none remembered from an earlier call, can stand in for the work.
     """
-    Q, K, V = normal(120, (n, d), (n, d), (n, d))
     full = n * n * 8
+    draw = np.random.default_rng()  # unseen values each time
     for causal in (False, True):
-        used = [peak(fn, Q, K, V, block_size, causal=causal)[1] for _ in range(MEASUREMENTS)]
+        used = []
+        for _ in range(MEASUREMENTS):
+            Q, K, V = (draw.standard_normal((n, d)) for _ in range(3))  # (n, d) each
+            result, reading = peak(fn, Q, K, V, block_size, causal=causal)
+            expected = ref.chunked_attention(Q, K, V, block_size=block_size, causal=causal)
+            answer = np.asarray(result)
+            if not within(answer, expected, tolerance(np.float64, answer.dtype)):
+                return (
+                    f"chunked_attention's answer is wrong on the memory check's problem: Q, K, "
+                    f"V ({n}, {d}) each in float64, block_size={block_size}, causal={causal}"
+                )
+            used.append(reading)
         held = min(u.held for u in used)
         touched = min((u.touched for u in used if u.touched is not None), default=0)
         if held > full / 4:

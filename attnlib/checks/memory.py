@@ -13,7 +13,7 @@ free to it. So :func:`traced_peak` reads two meters at once and keeps the larger
      score matrix occupies; a resident-set reading would add the allocator's slack (freed memory
      it keeps for reuse), which for a correct block-by-block torch loop is several times the
      blocks themselves. A sample can only miss a peak, never invent one: a score matrix of
-     n = 2048 lives for milliseconds, dozens of periods;
+     n = 4096 lives for tens of milliseconds, hundreds of periods;
   2. :class:`ResidentMeter` (Linux without glibc): the resident set's high-water mark (``VmHWM``
      in ``/proc/self/status``) above the resident set at the start, after handing the allocator's
      reserve back to the system and resetting the mark (``5`` into ``/proc/self/clear_refs``).
@@ -31,6 +31,13 @@ again when it returns, and memory in shared mappings whole (another process may 
 ended, its marks with it). That reading is taken in a call of its own, with no meter sampling
 beside it: glibc's ``mallinfo2`` reads every free block of the heaps. The grader takes the same
 reading of a sandbox's processes from outside (``autograder.limits.TouchedTree``).
+
+A mark covers one page, and a *transparent huge page* is one page of 2 MiB: where the system
+backs memory with them (``always`` in ``/sys/kernel/mm/transparent_hugepage/enabled``, the
+default of several distributions), one byte read anywhere in one counts 2 MiB. A right answer at
+n = 2048 then read 17 to 34 MiB, as much as the naive one's score matrix. So importing this module
+asks the kernel for small pages in this process from then on (:func:`small_pages`), as the grader
+asks for its sandboxes before they start; large arrays may be a little slower without huge pages.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ STATUS = "/proc/self/status"
 CLEAR_REFS = "/proc/self/clear_refs"
 RESET_PEAK = "5"  # clear_refs: reset the peak resident set size (VmHWM) to the current one
 FORGET_TOUCHED = "1"  # clear_refs: clear the referenced mark of every page the process maps
+SETTLE = 1 << 26  # bytes: more than any freed block, and than glibc's largest mmap threshold
+PR_SET_THP_DISABLE = 41  # prctl(2): no transparent huge pages for this process and its children
 
 
 class Used(NamedTuple):
@@ -64,39 +73,55 @@ class Used(NamedTuple):
 
 
 def traced_peak(fn: Callable[..., object], *args, **kwargs) -> tuple[object, Used]:
-    """Call ``fn``; return its result and what it used (see the module doc).
+    """Call ``fn`` twice; return the first call's result and what the calls used (see the
+    module doc).
 
-    ``held`` is the larger of tracemalloc's reading and the native meter's. ``touched`` is read
-    in a second call of ``fn`` (:func:`touched`), without the native meter: its samples walk the
-    C allocator's heaps (``mallinfo2`` reads every free block), which in a kernel that has run
-    for a while is tens or hundreds of MiB the call never used.
+    ``touched`` is read in the first call (:func:`touched`), without the native meter: its
+    samples walk the C allocator's heaps (``mallinfo2`` reads every free block), which in a
+    kernel that has run for a while is tens or hundreds of MiB the call never used. ``held``,
+    the larger of tracemalloc's reading and the native meter's, is read in the second. In that
+    order a function that remembers its last answer cannot skip the touched reading: the first
+    call on arguments it never saw must do the work.
     """
+    result, used = _touched_call(fn, *args, **kwargs)
     native = native_meter()
     traced = TracedMeter()
     try:
-        result = fn(*args, **kwargs)
+        fn(*args, **kwargs)
     finally:
         python = traced.stop()
         held = native.stop()
-    return result, Used(max(python, held), touched(fn, *args, **kwargs))
+    return result, Used(max(python, held), used)
 
 
 def touched(fn: Callable[..., object], *args, **kwargs) -> int | None:
     """Bytes of memory a call of ``fn`` reads or writes, wherever it was taken (see the module
-    doc); None where this platform cannot tell. Python's cyclic garbage collector is held off
-    meanwhile: a full collection walks every object the process holds (49 MiB touched for
-    300,000 small lists), which in a long session is far more than the call's own work."""
+    doc); None where this platform cannot tell."""
+    return _touched_call(fn, *args, **kwargs)[1]
+
+
+def _touched_call(fn: Callable[..., object], *args, **kwargs) -> tuple[object, int | None]:
+    """Call ``fn``; return its result and the memory it touched (None where untold). Python's
+    cyclic garbage collector is held off meanwhile: a full collection walks every object the
+    process holds (49 MiB touched for 300,000 small lists), which in a long session is far more
+    than the call's own work."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         meter = TouchedMeter()
-        if not meter.able:
-            return None
-        fn(*args, **kwargs)
-        return meter.stop()
+        result = fn(*args, **kwargs)
+        return result, meter.stop()
     finally:
         if collecting:
             gc.enable()
+
+
+def small_pages() -> bool:
+    """Ask the kernel to back this process's memory, and its children's, with small pages only
+    from now on (``PR_SET_THP_DISABLE``), so that a page's referenced mark tells 4 KiB apart, not
+    2 MiB (see the module doc); False where that is impossible. Pages already huge stay so."""
+    prctl = getattr(_libc(), "prctl", None)
+    return prctl is not None and prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
 
 
 def forget_touched(pid: int | str = "self") -> bool:
@@ -154,6 +179,7 @@ class TouchedMeter:
     """The memory this process reads or writes from now on (Linux): see the module doc."""
 
     def __init__(self) -> None:
+        _settle_heap()
         self.able = forget_touched()
 
     def stop(self) -> int | None:
@@ -273,9 +299,24 @@ def _lifetime_peak() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
+def _settle_heap() -> None:
+    """Have glibc's allocator sort the blocks freed since it last looked (its *unsorted* list) now,
+    not in the next large request: the measured call's, or the reading's own. Sorting reads every
+    such block: after 5,000 freed arrays that read 13 MiB the call never used."""
+    libc = _libc()
+    if getattr(libc, "mallinfo2", None) is None:  # not glibc
+        return
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.free(libc.malloc(SETTLE))
+
+
 def _trim_heap() -> None:
     """Give memory the C allocator holds in reserve back to the system (glibc only), so that
     memory the call reuses counts again in the resident set."""
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+small_pages()  # before the arrays a lesson or a check makes

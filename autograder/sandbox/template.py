@@ -232,6 +232,7 @@ def child(sock: socket.socket, isolate: bool, shell, sink: Sink, uid: int | None
         confine.mapped_bytes() + int(limits.get("memory_mb", 2048)) * 2**20,
         int(limits.get("cpu_seconds", 600)),
         int(limits.get("processes", 64)) if isolate else None,
+        file_bytes=int(limits.get("tmp_mb", 64)) * 2**20,  # no file larger than /tmp
     )
     if isolate:
         confine.drop_capabilities()
