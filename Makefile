@@ -143,6 +143,7 @@ bench: $(STAMP) sandbox ## Run the benchmarks; results in benchmarks/results/
 	$(PY) -m benchmarks.starved
 	$(PY) -m benchmarks.writer
 	$(PY) -m benchmarks.lessons
+	$(PY) -m benchmarks.touched
 
 # One instructor and three students log in with a shared password; deploy/demo.py installs the
 # proxy (npm) on first use and explains the rest. docs/instructors.md covers a real class.

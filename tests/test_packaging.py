@@ -296,4 +296,4 @@ def test_make_bench_measures_attention_and_grading(tmp_path):
     project = _scratch_project(tmp_path, installed=True)
     planned = _make("-n", "bench", cwd=project).stdout
     assert "-m benchmarks\n" in planned and "-m benchmarks.grading" in planned
-    assert "-m benchmarks.lessons" in planned
+    assert "-m benchmarks.lessons" in planned and "-m benchmarks.touched" in planned
