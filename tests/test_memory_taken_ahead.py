@@ -235,6 +235,30 @@ ATTACKS = {
     "ahead-in-helpers": NAIVE + IN_HELPERS,
 }
 
+# A right answer in PyTorch, block by block: PyTorch's allocator keeps more of what it freed than
+# NumPy's does, and the grader measures the whole sandbox.
+TORCH_BLOCKS = """
+import math
+import torch
+
+def chunked_attention(Q, K, V, block_size, causal=False):
+    q, k, v = (torch.as_tensor(a) for a in (Q, K, V))
+    m, n = q.shape[-2], k.shape[-2]
+    top = torch.full((*q.shape[:-1], 1), float('-inf'), dtype=q.dtype)
+    total, acc = torch.zeros_like(top), torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    for start in range(0, n, block_size):
+        s = q @ k[..., start : start + block_size, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if causal:
+            late = torch.arange(start, min(start + block_size, n)) > torch.arange(m)[:, None]
+            s = s.masked_fill(late, float('-inf'))
+        new = torch.maximum(top, s.amax(-1, keepdim=True))
+        p, rescale = torch.exp(s - new), torch.exp(top - new)
+        total = total * rescale + p.sum(-1, keepdim=True)
+        acc = acc * rescale + p @ v[..., start : start + block_size, :]
+        top = new
+    return (acc / total).numpy()
+"""
+
 # No memory taken at all: the plain naive attention, except on a problem of the memory check's
 # size, where it answers at once with anything.
 SKIPS = """
@@ -308,14 +332,15 @@ def test_in_a_learners_own_kernel_the_buffer_taken_ahead_fails_too(name):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """A course of lesson 05: two honest students, the plain naive one, one that skips the work
-    on the measured problem, and every attack, graded by ``attn-grade batch`` and by plain
-    ``nbgrader autograde``, each in a copy of the course."""
+    """A course of lesson 05: three honest students (one in PyTorch), the plain naive one, one
+    that skips the work on the measured problem, and every attack, graded by ``attn-grade batch``
+    and by plain ``nbgrader autograde``, each in a copy of the course."""
     courses = {}
     for way in ("batch", "nbgrader"):
         course = make_course(tmp_path_factory.mktemp(way), [LESSON])
         for student in ("honest", "honest-too"):
             submit(course, LESSON, student, student_notebook(LESSON, {}))
+        submit(course, LESSON, "honest-torch", notebook(TORCH_BLOCKS))
         submit(course, LESSON, "during", notebook(NAIVE + DURING))
         submit(course, LESSON, "skips", notebook(NAIVE + SKIPS))
         for name, source in ATTACKS.items():
@@ -337,6 +362,7 @@ def test_graded_beside_honest_students_every_attack_loses_the_exercise_and_only_
     honest = {cell: scores["honest", cell] for cell in cells}
     assert all(points > 0 for points in honest.values()), honest
     assert {cell: scores["honest-too", cell] for cell in cells} == honest
+    assert {cell: scores["honest-torch", cell] for cell in cells} == honest
     lost = {"test_chunked_attention"}
     for student in ("during", "skips", *ATTACKS):
         got = {cell: scores[student, cell] for cell in cells}
