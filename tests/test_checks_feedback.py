@@ -359,8 +359,7 @@ import numpy as np
 from attnlib.checks import memory  # asks for small pages
 if sys.argv[1] == "huge":
     ctypes.CDLL(None).prctl(memory.PR_SET_THP_DISABLE, 0, 0, 0, 0)  # huge pages allowed again
-region = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-region.madvise(mmap.MADV_HUGEPAGE)  # where the system allows huge pages at all
+region = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # as a heap's
 a = np.frombuffer(region, np.uint8)
 a[:] = 1  # taken and touched before the call
 with open("/proc/self/smaps_rollup") as f:
@@ -375,8 +374,9 @@ print(json.dumps({"huge": huge, "touched": touched}))
 def test_a_call_reading_one_byte_of_a_huge_page_is_not_counted_the_whole_page():
     """The kernel marks a transparent huge page used as a whole, 2 MiB for a byte: a right answer
     at n = 2048 read as much as a naive one (17 to 34 MiB on a system whose huge pages are
-    ``always`` on). Importing the checks asks for small pages; without them the same call reads
-    a whole huge page for every byte (where the system offers huge pages at all)."""
+    ``always`` on). Importing the checks asks for small pages where no library asked for huge
+    ones; without that the same call reads a whole huge page for every byte (where the system
+    gives huge pages unasked)."""
 
     def run(pages: str) -> dict:
         done = subprocess.run(
@@ -389,7 +389,7 @@ def test_a_call_reading_one_byte_of_a_huge_page_is_not_counted_the_whole_page():
     assert small["huge"] == 0 and small["touched"] < 4 * 2**20, small
     huge = run("huge")
     if huge["huge"] == 0:
-        pytest.skip("no transparent huge pages on this system: nothing to tell apart")
+        pytest.skip("no huge pages unasked on this system: nothing to tell apart")
     assert huge["touched"] >= huge["huge"] / 2, huge
 
 
