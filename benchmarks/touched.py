@@ -9,8 +9,7 @@ after a first call left unmeasured (PyTorch's first call starts its threads: 185
 the check takes the smaller of two readings for that).
 
 Each page mode runs in a process of its own: ``small`` as the checks run (importing them asks for
-small pages where no library asks for huge ones), ``huge`` with transparent huge pages allowed
-again everywhere, where the system offers them
+small pages), ``huge`` with transparent huge pages allowed again, where the system offers them
 (``/sys/kernel/mm/transparent_hugepage/enabled`` not ``never``). The process first frees every
 other one of 20,000 small arrays, as a kernel that has run for a while holds a heap full of holes.
 Results go to ``benchmarks/results/touched.{json,md}``.

@@ -393,6 +393,34 @@ def test_a_call_reading_one_byte_of_a_huge_page_is_not_counted_the_whole_page():
     assert huge["touched"] >= huge["huge"] / 2, huge
 
 
+HEAP_ASKED_HUGE = """
+import json, re
+import numpy as np
+from attnlib.checks import memory
+big = np.ones(1 << 21)  # 16 MiB, mapped on its own
+del big  # freed: glibc's threshold for mapping a block on its own rises past 8 MiB
+keep = [np.ones(1 << 20) for _ in range(6)]  # 8 MiB each, now on the heap: NumPy asks huge pages
+del keep[::2]
+with open("/proc/self/smaps_rollup") as f:
+    huge = int(re.search(r"AnonHugePages:\\s+(\\d+) kB", f.read()).group(1)) * 1024
+print(json.dumps({"huge": huge, "touched": memory.touched(lambda: None)}))
+"""
+
+
+@pytest.mark.lesson05
+@pytest.mark.skipif(memory.writable_memory() is None, reason="no /proc/self/smaps here")
+def test_the_heap_stays_on_small_pages_where_numpy_asks_for_huge_ones():
+    """NumPy asks for huge pages (``MADV_HUGEPAGE``) for every array of 4 MiB and more, which
+    glibc serves from its heap once a large block was freed. Kept huge there (as Linux 6.18 can
+    keep what was asked for), 36 MiB of the heap was huge and a call that did nothing read 19."""
+    done = subprocess.run(
+        [sys.executable, "-c", HEAP_ASKED_HUGE], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout)
+    assert got["huge"] == 0 and got["touched"] < 4 * 2**20, got
+
+
 @pytest.mark.lesson05
 @pytest.mark.skipif(memory.writable_memory() is None, reason="no /proc/self/smaps here")
 def test_no_garbage_collection_runs_in_a_call_whose_touched_memory_is_read():
