@@ -412,7 +412,8 @@ print(json.dumps({"huge": huge, "touched": memory.touched(lambda: None)}))
 def test_the_heap_stays_on_small_pages_where_numpy_asks_for_huge_ones():
     """NumPy asks for huge pages (``MADV_HUGEPAGE``) for every array of 4 MiB and more, which
     glibc serves from its heap once a large block was freed. Kept huge there (as Linux 6.18 can
-    keep what was asked for), 36 MiB of the heap was huge and a call that did nothing read 19."""
+    keep what was asked for), 36 MiB of the heap was huge, and with holes freed all over it a call
+    that did nothing read 19 MiB."""
     done = subprocess.run(
         [sys.executable, "-c", HEAP_ASKED_HUGE], capture_output=True, text=True, timeout=120
     )
