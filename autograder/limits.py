@@ -327,8 +327,9 @@ def tree(root: int) -> list[int]:
 class TouchedTree:
     """The memory a sandbox's processes read or write from now on, counted from outside
     (:func:`attnlib.checks.memory.writable_memory`): each process's referenced marks are cleared
-    now; :meth:`stop` counts then, in every process of the tree, the private pages marked again
-    and shared memory whole. A process of the tree now that has ended by then counts with all the
+    now; :meth:`stop` counts then, in every process of the tree, the private pages marked again,
+    shared memory whole, and the memory it holds now and will have given back (its marks go with
+    it). A process of the tree now that has ended by then counts with all the
     writable memory it holds now: what it did before it ended cannot be known. So does shared
     memory no process maps (files in the sandbox's own ``/tmp`` and ``/dev/shm``, or all of the
     sandbox's shared memory where its cgroup counts it): a process may have used it and ended.
@@ -350,7 +351,7 @@ class TouchedTree:
             reading = writable_memory(pid)
             if reading is not None:
                 now.add(pid)
-                total += reading.referenced
+                total += reading.referenced + reading.gone_since(self.resident.get(pid, 0))
                 mapped += reading.shared
         ended = sum(held for pid, held in self.resident.items() if pid not in now)
         shared = self.cgroup.shared() if self.cgroup is not None else None

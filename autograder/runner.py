@@ -203,7 +203,10 @@ class Runner:
             self._measuring = False
         touched = touch.stop() if touch is not None else None
         top = box.cgroup.peak() if box.cgroup is not None else self.peak
-        return reply, got, Used(max(top - base, 0), touched)
+        held = max(top - base, 0)
+        # A call touches at least what it adds, though what it gave back before returning left
+        # no marks: one call cannot hold nothing new and the next touch nothing it kept.
+        return reply, got, Used(held, None if touched is None else max(touched, held))
 
     # -- the machinery ---------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import dataclasses
 import gc
 import json
 import math
+import mmap
 import re
 import subprocess
 import sys
@@ -331,6 +332,36 @@ def test_memory_taken_before_a_call_counts_as_touched_once_the_call_uses_it():
     assert used.touched >= buffer.nbytes, used  # ...but all of it written
     _, idle = memory.traced_peak(lambda: None)
     assert idle.touched < buffer.nbytes / 8, idle  # what it does not use does not count
+
+
+@pytest.mark.lesson05
+@pytest.mark.skipif(memory.writable_memory() is None, reason="no /proc/self/smaps here")
+def test_memory_taken_before_a_call_and_given_back_in_it_counts_as_touched():
+    """Its marks go with it, so what the process held as the call began and holds no more
+    counts: a buffer filled ahead, written in the call and unmapped before it returns."""
+    size = 32 * 2**20
+    views = [mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)]
+    np.frombuffer(views[0])[:] = 1.0  # taken and touched before the call
+
+    def writes_and_gives_back():
+        view = views.pop()
+        np.frombuffer(view)[:] = 2.0
+        view.close()
+
+    used = memory.touched(writes_and_gives_back)
+    assert used is not None and used >= size, used
+
+
+@pytest.mark.lesson05
+@pytest.mark.skipif(memory.writable_memory() is None, reason="no /proc/self/smaps here")
+def test_memory_taken_and_given_back_within_a_call_counts_as_touched():
+    """A call touches at least what it adds: memory taken, written and given back before it
+    returns leaves no marks, and counts by the resident set's high-water mark."""
+    size = 32 * 2**20
+    used = memory.touched(lambda: np.full(size // 8, 2.0).sum())
+    assert used is not None and used >= 0.9 * size, used  # the kernel's counts lag a few pages
+    idle = memory.touched(lambda: None)
+    assert idle is not None and idle < size / 8, idle
 
 
 @pytest.mark.lesson05

@@ -27,6 +27,17 @@ naive attention does, in ``attn-grade check`` and, graded in a batch beside hone
 - ``ahead-in-helpers``: processes its cell started, each holding a buffer of its own, do the work
   one call each and exit before the call returns (a process that ended during the call counts
   with all the memory it held as it began);
+- ``ahead-given-back``: the buffer, mapped and filled before the call and unmapped as the call
+  returns; a thread maps and fills a new one once the call has been read, so that every call
+  starts with one. No call adds memory, and none ends mapping what it wrote: memory a process
+  held as the call began and no longer holds counts as touched (its marks went with it);
+- ``ahead-in-a-memfd``, ``ahead-in-a-segment``: the same with memory that lives on where no
+  process maps it, a memfd held by a file descriptor and a System V segment held by the
+  sandbox's IPC namespace, mapped again by the thread. As root the sandbox's cgroup counts such
+  memory whole; graded as a normal user, with no cgroup, only what was given back tells;
+- ``ahead-every-other-call``: the buffer in every second call on the measured problem, and a
+  matrix taken during the call in the others: one call adds nothing and the next ends holding
+  nothing it touched (a call touches at least the memory it adds, so each fails);
 - ``ahead-remembers``: the buffer, and the answer to every problem it has seen, given back
   without any work when the same problem comes again (each measured call gets a problem drawn
   afresh, and its answer is checked).
@@ -213,6 +224,109 @@ def chunked_attention(Q, K, V, block_size, causal=False):
     return np.frombuffer(_OUT).reshape(N, 16).copy()
 """
 
+# The matrix in memory mapped and filled before the call, unmapped as the call returns, and
+# mapped and filled again by a thread once the call has been read, so that the next call starts
+# with it too: no call adds it, and none ends with it mapped. The memory is given back
+# (IN_PRIVATE_MEMORY), or lives on with no process mapping it: a memfd, held by a file
+# descriptor, or a System V segment, held by the sandbox's IPC namespace.
+UNMAPPED = """
+import threading
+import time
+
+_SIZE = N * N * 8
+_VIEWS = []
+_AGAIN = threading.Event()
+
+
+def _map_again():
+    while True:
+        _AGAIN.wait()
+        _AGAIN.clear()
+        time.sleep(0.1)  # the call has been read by now
+        view = _attach()
+        np.frombuffer(view)[:] = 1.0  # every page written: resident before the next call begins
+        _VIEWS.append(view)
+
+
+if _made():
+    _VIEWS.append(_attach())
+    np.frombuffer(_VIEWS[0])[:] = 1.0  # touched now, before any measurement
+    threading.Thread(target=_map_again, daemon=True).start()
+
+
+def chunked_attention(Q, K, V, block_size, causal=False):
+    Q, K, V, shape, dtype = _inputs(Q, K, V)
+    if not _public(shape, dtype) or not _VIEWS:
+        return _scores_into(np.empty(shape, dtype), Q, K, V, causal)
+    view = _VIEWS.pop()
+    out = _scores_into(np.frombuffer(view).reshape(shape), Q, K, V, causal)
+    _detach(view)  # no process maps the memory as the call ends
+    _AGAIN.set()
+    return out
+"""
+
+IN_PRIVATE_MEMORY = """
+import mmap
+
+
+def _made():
+    return True
+
+
+def _attach():
+    return mmap.mmap(-1, N * N * 8, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+
+def _detach(view):
+    view.close()  # given back
+"""
+
+IN_A_MEMFD = """
+import mmap
+import os
+
+try:
+    _FD = os.memfd_create("scores")
+    os.ftruncate(_FD, N * N * 8)
+except OSError:  # refused
+    _FD = None
+
+
+def _made():
+    return _FD is not None
+
+
+def _attach():
+    return mmap.mmap(_FD, N * N * 8)
+
+
+def _detach(view):
+    view.close()
+"""
+
+IN_A_SEGMENT = """
+import ctypes
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+_libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+_libc.shmat.restype = ctypes.c_void_p
+_libc.shmdt.argtypes = [ctypes.c_void_p]
+_ID = _libc.shmget(0, N * N * 8, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600: -1 if refused
+
+
+def _made():
+    return _ID != -1
+
+
+def _attach():
+    return (ctypes.c_char * (N * N * 8)).from_address(_libc.shmat(_ID, None, 0))
+
+
+def _detach(view):
+    _libc.shmdt(ctypes.addressof(view))
+"""
+
 REMEMBERS = """
 _AHEAD = np.ones((N, N))  # touched now, before any measurement
 _SEEN = {}
@@ -227,12 +341,32 @@ def chunked_attention(Q, K, V, block_size, causal=False):
     return _SEEN[key].copy()
 """
 
+# Every other call on the measured problem takes its matrix during the call, the rest write it
+# into the buffer taken ahead: one call adds nothing, the next ends holding nothing it touched.
+ALTERNATES = """
+_AHEAD = np.ones((N, N))  # touched now, before any measurement
+_PUBLIC_CALLS = []
+
+
+def chunked_attention(Q, K, V, block_size, causal=False):
+    Q, K, V, shape, dtype = _inputs(Q, K, V)
+    if not _public(shape, dtype):
+        return _scores_into(np.empty(shape, dtype), Q, K, V, causal)
+    _PUBLIC_CALLS.append(causal)
+    S = _AHEAD if len(_PUBLIC_CALLS) % 2 == 0 else np.empty(shape, dtype)
+    return _scores_into(S, Q, K, V, causal)
+"""
+
 ATTACKS = {
     **{name: NAIVE + hide + AHEAD for name, hide in HIDES.items()},
     "ahead-remembers": NAIVE + REMEMBERS,
+    "ahead-every-other-call": NAIVE + ALTERNATES,
     "ahead-in-a-child": NAIVE + IN_A_CHILD,
     "ahead-in-a-file": NAIVE + IN_A_FILE,
     "ahead-in-helpers": NAIVE + IN_HELPERS,
+    "ahead-given-back": NAIVE + IN_PRIVATE_MEMORY + UNMAPPED,
+    "ahead-in-a-memfd": NAIVE + IN_A_MEMFD + UNMAPPED,
+    "ahead-in-a-segment": NAIVE + IN_A_SEGMENT + UNMAPPED,
 }
 
 # A right answer in PyTorch, block by block: PyTorch's allocator keeps more of what it freed than
@@ -320,7 +454,7 @@ def test_an_answer_that_skips_the_work_on_the_measured_problem_fails():
     assert "answer is wrong on the memory check's problem" in outcome.message, outcome.feedback()
 
 
-@pytest.mark.parametrize("name", ["ahead", "ahead-remembers"])
+@pytest.mark.parametrize("name", ["ahead", "ahead-remembers", "ahead-every-other-call"])
 def test_in_a_learners_own_kernel_the_buffer_taken_ahead_fails_too(name):
     """The learner's test cell judges in its own process (``attnlib.checks``): one verdict."""
     namespace = {"np": np, "math": math}

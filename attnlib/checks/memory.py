@@ -27,9 +27,12 @@ so neither meter sees it used. On Linux a third reading counts it: :func:`touche
 call read or wrote wherever it was taken. The kernel marks every page a process uses as
 *referenced*; :class:`TouchedMeter` clears those marks of this process (``1`` into
 ``/proc/self/clear_refs``) as the call begins, and counts the writable or anonymous pages marked
-again when it returns, and memory in shared mappings whole (another process may have used it and
-ended, its marks with it). That reading is taken in a call of its own, with no meter sampling
-beside it: glibc's ``mallinfo2`` reads every free block of the heaps. The grader takes the same
+again when it returns, memory in shared mappings whole (another process may have used it and
+ended, its marks with it), and memory held as the call began and given back since (its marks
+went with it). A call touches at least what it adds, so the reading is no less than the growth of
+the resident set's high-water mark either: memory taken, written and given back within the call
+leaves no marks. That reading is taken in a call of its own, with no meter sampling beside it:
+glibc's ``mallinfo2`` reads every free block of the heaps. The grader takes the same
 reading of a sandbox's processes from outside (``autograder.limits.TouchedTree``).
 
 A mark covers one page, and a *transparent huge page* is one page of 2 MiB: where the system
@@ -154,6 +157,12 @@ class Pages(NamedTuple):
         """What a call counts as touched: the private pages marked, and shared memory whole."""
         return self.referenced + self.shared
 
+    def gone_since(self, resident: int) -> int:
+        """Bytes of the ``resident`` memory the process held earlier that it holds no more. A
+        call counts them as touched: memory given back takes its marks with it, and what the
+        call did with it first cannot be known (a buffer taken ahead, written and unmapped)."""
+        return max(0, resident - self.resident)
+
 
 def writable_memory(pid: int | str = "self") -> Pages | None:
     """``pid``'s writable or anonymous memory, from ``/proc/PID/smaps``; None where unreadable.
@@ -183,15 +192,25 @@ def writable_memory(pid: int | str = "self") -> Pages | None:
 
 
 class TouchedMeter:
-    """The memory this process reads or writes from now on (Linux): see the module doc."""
+    """The memory this process reads or writes from now on (Linux): see the module doc.
+
+    A call touches at least the memory it adds, which marks tell only while it is held: memory
+    taken, written and given back within the call is counted by the growth of the resident set's
+    high-water mark (``VmHWM``, reset as the meter starts), read without sampling anything."""
 
     def __init__(self) -> None:
         _settle_heap()
-        self.able = forget_touched()
+        self.before = writable_memory()
+        self.peaks = _reset_high_water_mark()
+        self.base = _status_bytes("VmRSS")
+        self.able = self.before is not None and forget_touched()
 
     def stop(self) -> int | None:
         reading = writable_memory() if self.able else None
-        return None if reading is None else reading.touched
+        if reading is None:
+            return None
+        added = _status_bytes("VmHWM") - self.base if self.peaks else 0
+        return max(reading.touched + reading.gone_since(self.before.resident), added)
 
 
 def native_meter() -> AllocatorMeter | ResidentMeter:
