@@ -51,22 +51,24 @@ def online(Q, K, V, block_size, causal=False):
 
 
 def torch_blocks(Q, K, V, block_size, causal=False):
-    """The same loop in PyTorch."""
+    """The same loop in PyTorch, over any leading dimensions. The tests grade its source as a
+    learner's answer too (tests/test_memory_taken_ahead.py)."""
     import torch
 
-    q, k, v = (torch.as_tensor(a) for a in (Q, K, V))
+    q, k, v = (torch.as_tensor(a) for a in (Q, K, V))  # (..., m, d_k), (..., n, d_k), (..., n, d_v)
     m, n = q.shape[-2], k.shape[-2]
-    top = torch.full((m, 1), float("-inf"), dtype=q.dtype)
-    total, acc = torch.zeros_like(top), torch.zeros((m, v.shape[-1]), dtype=q.dtype)
+    top = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)  # (..., m, 1)
+    total, acc = torch.zeros_like(top), torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
     for start in range(0, n, block_size):
-        s = q @ k[start : start + block_size].T / math.sqrt(q.shape[-1])  # (m, b)
+        keys = k[..., start : start + block_size, :]  # (..., b, d_k)
+        s = q @ keys.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (..., m, b)
         if causal:
             late = torch.arange(start, min(start + block_size, n)) > torch.arange(m)[:, None]
             s = s.masked_fill(late, float("-inf"))
         new = torch.maximum(top, s.amax(-1, keepdim=True))
         p, rescale = torch.exp(s - new), torch.exp(top - new)
         total = total * rescale + p.sum(-1, keepdim=True)
-        acc = acc * rescale + p @ v[start : start + block_size]
+        acc = acc * rescale + p @ v[..., start : start + block_size, :]  # (..., m, d_v)
         top = new
     return (acc / total).numpy()
 

@@ -25,6 +25,7 @@ import attnlib.checks as checks
 import attnlib.numpy as an
 from attnlib.checks import _core, memory, search, tolerance, weights
 from attnlib.checks.probes import normal
+from benchmarks.touched import torch_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -267,43 +268,21 @@ def unpack_weights(exercise, probe):
 # --- 1 (c): memory held by native code counts -----------------------------------------------
 
 
-def torch_chunked(materialise):
-    """A torch chunked attention: block by block, or (``materialise``) the whole score matrix."""
-    torch = pytest.importorskip("torch")
-
-    def chunked_attention(Q, K, V, block_size, causal=False):
-        q, k, v = (torch.as_tensor(a) for a in (Q, K, V))
-        m, n = q.shape[-2], k.shape[-2]
-        step = n if materialise else block_size
-        top = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype)
-        total, acc = torch.zeros_like(top), torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
-        for start in range(0, n, step):
-            s = q @ k[..., start : start + step, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
-            if causal:
-                late = torch.arange(start, min(start + step, n)) > torch.arange(m)[:, None]
-                s = s.masked_fill(late, float("-inf"))
-            new = torch.maximum(top, s.amax(-1, keepdim=True))
-            p, rescale = torch.exp(s - new), torch.exp(top - new)
-            total = total * rescale + p.sum(-1, keepdim=True)
-            acc = acc * rescale + p @ v[..., start : start + step, :]
-            top = new
-        return (acc / total).numpy()
-
-    return chunked_attention
+def whole_matrix_in_torch(Q, K, V, block_size, causal=False):
+    """``torch_blocks`` with every key in one block: the whole score matrix at once."""
+    return torch_blocks(Q, K, V, np.shape(K)[-2], causal)
 
 
 @pytest.mark.lesson05
 def test_a_torch_chunked_attention_holding_the_whole_score_matrix_fails_the_memory_probe():
-    outcome = checks.check("chunked_attention", torch_chunked(materialise=True))
+    outcome = checks.check("chunked_attention", whole_matrix_in_torch)
     assert not outcome.passed
     assert "materialises the whole score matrix" in outcome.message, outcome.feedback()
     assert outcome.read == checks.EXERCISES["chunked_attention"].read
 
 
 @pytest.mark.lesson05
-@pytest.mark.parametrize(
-    "answer", [an.chunked_attention, torch_chunked(materialise=False)], ids=["reference", "torch"]
-)
+@pytest.mark.parametrize("answer", [an.chunked_attention, torch_blocks], ids=["reference", "torch"])
 def test_the_reference_and_a_torch_chunked_attention_in_blocks_pass(answer):
     outcome = checks.check("chunked_attention", answer)
     assert outcome.passed, outcome.feedback()
@@ -468,7 +447,7 @@ def test_without_the_c_allocator_the_resident_set_is_measured(monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setattr(memory, "_mallinfo2", lambda: None)  # as on a libc without mallinfo2
     assert isinstance(memory.native_meter(), memory.ResidentMeter)
-    outcome = checks.check("chunked_attention", torch_chunked(materialise=True))
+    outcome = checks.check("chunked_attention", whole_matrix_in_torch)
     assert not outcome.passed and "materialises" in outcome.message, outcome.feedback()
     monkeypatch.setattr(memory, "CLEAR_REFS", "/nonexistent/clear_refs")  # no /proc to reset
     _, used = memory.traced_peak(lambda: np.ones((2048, 2048)).sum())  # tracemalloc still counts

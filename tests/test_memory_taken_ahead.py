@@ -45,6 +45,7 @@ naive attention does, in ``attn-grade check`` and, graded in a batch beside hone
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import textwrap
@@ -57,6 +58,7 @@ from test_grade_check import check, save
 from test_grade_students import edit_cell, student_notebook, submit
 
 from attnlib import checks
+from benchmarks.touched import torch_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.lesson05]
 LESSON = "05-complexity"
@@ -371,27 +373,9 @@ ATTACKS = {
 
 # A right answer in PyTorch, block by block: PyTorch's allocator keeps more of what it freed than
 # NumPy's does, and the grader measures the whole sandbox.
-TORCH_BLOCKS = """
-import math
-import torch
-
-def chunked_attention(Q, K, V, block_size, causal=False):
-    q, k, v = (torch.as_tensor(a) for a in (Q, K, V))
-    m, n = q.shape[-2], k.shape[-2]
-    top = torch.full((*q.shape[:-1], 1), float('-inf'), dtype=q.dtype)
-    total, acc = torch.zeros_like(top), torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
-    for start in range(0, n, block_size):
-        s = q @ k[..., start : start + block_size, :].transpose(-1, -2) / math.sqrt(q.shape[-1])
-        if causal:
-            late = torch.arange(start, min(start + block_size, n)) > torch.arange(m)[:, None]
-            s = s.masked_fill(late, float('-inf'))
-        new = torch.maximum(top, s.amax(-1, keepdim=True))
-        p, rescale = torch.exp(s - new), torch.exp(top - new)
-        total = total * rescale + p.sum(-1, keepdim=True)
-        acc = acc * rescale + p @ v[..., start : start + block_size, :]
-        top = new
-    return (acc / total).numpy()
-"""
+TORCH_BLOCKS = "import math\n\n" + inspect.getsource(torch_blocks).replace(
+    "def torch_blocks(", "def chunked_attention("
+)
 
 # No memory taken at all: the plain naive attention, except on a problem of the memory check's
 # size, where it answers at once with anything.
